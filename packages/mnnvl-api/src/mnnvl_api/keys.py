@@ -1,0 +1,84 @@
+"""Every label, annotation, finalizer, gate and claim key that mnnvl reads or writes.
+
+Keys of the user contract (the AutoComputeDomain feature) come first; they are part of the public interface
+and never change. Keys that only mnnvl itself uses follow. No other module spells these strings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- The user contract -------------------------------------------------------------------------------
+
+#: On a LeaderWorkerSet (or a DisaggregatedSet role): one ComputeDomain per replica. `enabled` | `disabled`.
+LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/auto-compute-domain"
+#: On a DisaggregatedSet (or one of its roles): one ComputeDomain per (slice, revision). `enabled` | `disabled`.
+DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: Final = "disaggregatedset.x-k8s.io/auto-compute-domain"
+#: On a pod template: comma-separated names of the containers that get the channel claim.
+COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-containers"
+#: On a managed ComputeDomain: UID of the LeaderWorkerSet or DisaggregatedSet that manages it.
+OWNER_UID_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-owner-uid"
+#: On every managed ComputeDomain: released only once no Pod references the domain's claim template.
+PROTECTION_FINALIZER: Final = "leaderworkerset.sigs.k8s.io/compute-domain-protection"
+#: The pod-level resource claim (and container claim reference) that carries the IMEX channel.
+CHANNEL_CLAIM_NAME: Final = "lws-compute-domain-channel"
+#: Reserved pod-template annotation stamped on replica-scope templates.
+COMPUTE_DOMAIN_PREFIX_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-prefix"
+#: Reserved pod-template annotation naming the slice ComputeDomain; also records a pod's domain.
+COMPUTE_DOMAIN_NAME_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-name"
+#: Template annotations that only mnnvl may set.
+RESERVED_TEMPLATE_ANNOTATIONS: Final = (COMPUTE_DOMAIN_PREFIX_ANNOTATION, COMPUTE_DOMAIN_NAME_ANNOTATION)
+#: The feature gate in the `Configuration` file and the Helm values.
+AUTO_COMPUTE_DOMAIN_FEATURE_GATE: Final = "AutoComputeDomain"
+
+#: Allowed values of both auto-compute-domain annotations, in the order messages list them.
+OPT_IN_ENABLED: Final = "enabled"
+OPT_IN_DISABLED: Final = "disabled"
+OPT_IN_VALUES: Final = (OPT_IN_ENABLED, OPT_IN_DISABLED)
+
+# --- Upstream keys we read -----------------------------------------------------------------------------
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
+LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_LEADER_NAME_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/leader-name"
+DS_NAME_LABEL: Final = "disaggregatedset.x-k8s.io/name"
+DS_ROLE_LABEL: Final = "disaggregatedset.x-k8s.io/role"
+DS_SLICE_LABEL: Final = "disaggregatedset.x-k8s.io/slice"
+DS_REVISION_LABEL: Final = "disaggregatedset.x-k8s.io/revision"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+
+# --- mnnvl's own keys ----------------------------------------------------------------------------------
+
+#: Scheduling gate held on pods until their ComputeDomain and its claim template are ready.
+SCHEDULING_GATE: Final = "leaderworkerset.sigs.k8s.io/compute-domain"
+#: Stamped into enrolled pod templates (and so on pods); pod webhooks select on it. Values: SCOPE_*.
+SCOPE_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-scope"
+SCOPE_REPLICA: Final = "replica"
+SCOPE_SLICE: Final = "slice"
+#: On managed ComputeDomains: the workload's name and the position the domain serves.
+WORKLOAD_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-workload"
+GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-group"
+SLICE_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-slice"
+REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-revision"
+
+# --- Controller identities -----------------------------------------------------------------------------
+# One name per controller: console script, Deployment, Lease, field manager, event source, managed-by value.
+
+LWS_CONTROLLER: Final = "mnnvl-lws"
+DS_CONTROLLER: Final = "mnnvl-ds"
+GUARDIAN_CONTROLLER: Final = "mnnvl-guardian"
+TOPOLOGY_CONTROLLER: Final = "mnnvl-topology"
+#: Controllers whose ComputeDomains the guardian protects (their `app.kubernetes.io/managed-by` values).
+DOMAIN_MANAGERS: Final = (LWS_CONTROLLER, DS_CONTROLLER)
+
+# --- NVIDIA DRA driver ---------------------------------------------------------------------------------
+
+COMPUTE_DOMAIN_GROUP: Final = "resource.nvidia.com"
+COMPUTE_DOMAIN_VERSION: Final = "v1beta1"
+COMPUTE_DOMAIN_PLURAL: Final = "computedomains"
+COMPUTE_DOMAIN_KIND: Final = "ComputeDomain"
+CHANNEL_DEVICE_CLASS: Final = "compute-domain-default-channel.nvidia.com"
+COMPUTE_DOMAIN_DRIVER: Final = "compute-domain.nvidia.com"

@@ -1,0 +1,54 @@
+"""`mnnvl-testbed up | status | down`: the local control plane from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from . import building, cluster, processes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mnnvl-testbed", description=__doc__)
+    parser.add_argument(
+        "--state-dir",
+        type=pathlib.Path,
+        default=cluster.default_state_dir(),
+        help="where kubeconfig, certificates, logs and pid files live (default: %(default)s; env MNNVL_TESTBED_STATE)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("up", help="start everything in the background (reuses a running testbed)")
+    start.add_argument("--nodes", type=int, default=cluster.DEFAULT_NODES, help="fake GB200 nodes, 4 per NVLink clique")
+    start.add_argument(
+        "--legacy-computedomain-crd",
+        action="store_true",
+        help="install the ComputeDomain CRD of driver <= v25.12, where spec.numNodes is required",
+    )
+    commands.add_parser("status", help="show which components run")
+    commands.add_parser("down", help="stop everything")
+    commands.add_parser("build", help="build (or find cached) control-plane binaries and print their paths")
+    args = parser.parse_args(argv)
+    state_dir: pathlib.Path = args.state_dir.resolve()
+    try:
+        if args.command == "up":
+            cluster.up(state_dir, nodes=args.nodes, legacy_computedomain_crd=args.legacy_computedomain_crd)
+        elif args.command == "status":
+            report = cluster.status(state_dir)
+            print(json.dumps(report, indent=2))
+            return 0 if cluster.is_running(state_dir) else 1
+        elif args.command == "down":
+            cluster.down(state_dir)
+            print(f"testbed in {state_dir} stopped")
+        else:
+            for name, path in building.ensure_binaries().items():
+                print(f"{name}: {path}")
+    except (processes.ComponentError, building.BuildError) as error:
+        print(f"mnnvl-testbed {args.command} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

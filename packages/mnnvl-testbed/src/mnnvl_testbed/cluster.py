@@ -1,0 +1,437 @@
+"""Bringing the local control plane up and down.
+
+Order: etcd → kube-apiserver → CRDs and DRA objects → kube-controller-manager, kube-scheduler, kwok →
+fake nodes → NVIDIA DRA driver simulator → upstream LWS manager and its webhooks. Every component runs
+as a detached process; `state.json` in the state dir records ports and paths so later commands and test
+sessions reuse a running testbed.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from . import building, kube, manifests, pki, processes, versions, waiting
+
+DEFAULT_NODES = 8
+SERVICE_CIDR = "10.96.0.0/16"
+# The order components are stopped in is the reverse of this.
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "dra-simulator",
+    "lws-manager",
+)
+
+
+def default_state_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("MNNVL_TESTBED_STATE", building.cache_root() / "state"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Testbed:
+    """A running testbed, as recorded in `state.json`."""
+
+    state_dir: pathlib.Path
+    kubeconfig: pathlib.Path
+    ca_cert: pathlib.Path
+    ports: dict[str, int]
+    nodes: int
+
+    @classmethod
+    def load(cls, state_dir: pathlib.Path) -> Testbed | None:
+        path = state_dir / "state.json"
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(
+            state_dir=state_dir,
+            kubeconfig=pathlib.Path(raw["kubeconfig"]),
+            ca_cert=pathlib.Path(raw["ca_cert"]),
+            ports=raw["ports"],
+            nodes=raw["nodes"],
+        )
+
+    def save(self) -> None:
+        record = {
+            "kubeconfig": str(self.kubeconfig),
+            "ca_cert": str(self.ca_cert),
+            "ports": self.ports,
+            "nodes": self.nodes,
+        }
+        (self.state_dir / "state.json").write_text(json.dumps(record, indent=2))
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+
+    def api(self) -> client.ApiClient:
+        return kube.api_client(self.kubeconfig)
+
+
+def status(state_dir: pathlib.Path) -> dict[str, Any]:
+    """Each component's state, and whether the API server answers."""
+    supervisor = processes.Supervisor(state_dir)
+    testbed = Testbed.load(state_dir)
+    report: dict[str, Any] = {
+        "state_dir": str(state_dir),
+        "components": {name: "running" if supervisor.alive(name) else "stopped" for name in COMPONENTS},
+    }
+    if testbed is not None:
+        report["kubeconfig"] = str(testbed.kubeconfig)
+        report["apiserver_ready"] = _apiserver_ready(testbed)
+    return report
+
+
+def is_running(state_dir: pathlib.Path) -> bool:
+    report = status(state_dir)
+    return bool(report.get("apiserver_ready")) and all(
+        state == "running" for state in report["components"].values()
+    )
+
+
+def down(state_dir: pathlib.Path) -> None:
+    supervisor = processes.Supervisor(state_dir)
+    for name in reversed([*COMPONENTS, *(n for n in supervisor.names() if n not in COMPONENTS)]):
+        supervisor.stop(name)
+    (state_dir / "state.json").unlink(missing_ok=True)
+
+
+def up(
+    state_dir: pathlib.Path,
+    *,
+    nodes: int = DEFAULT_NODES,
+    legacy_computedomain_crd: bool = False,
+    echo: bool = True,
+) -> Testbed:
+    """Start everything, or reuse a testbed that is already running in `state_dir`."""
+    started = time.monotonic()
+    existing = Testbed.load(state_dir)
+    if existing is not None and is_running(state_dir):
+        _say(echo, f"testbed already running; kubeconfig: {existing.kubeconfig}")
+        return existing
+    down(state_dir)
+    binaries = building.ensure_binaries()
+    built = time.monotonic()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = processes.Supervisor(state_dir)
+    for stale in ("etcd-data", "logs"):
+        shutil.rmtree(state_dir / stale, ignore_errors=True)
+    certs = state_dir / "pki"
+    ca = pki.ensure_ca(certs)
+    testbed = Testbed(
+        state_dir=state_dir,
+        kubeconfig=state_dir / "admin.kubeconfig",
+        ca_cert=ca.cert,
+        ports={name: processes.free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "lws-webhook", "lws-health")},
+        nodes=nodes,
+    )
+    admin = pki.issue(ca, pki.KeyPair(certs / "admin.crt", certs / "admin.key"), common_name="admin", organizations=("system:masters",), client=True)
+    _write_kubeconfig(testbed, admin)
+
+    _start_etcd(supervisor, binaries["etcd"], testbed)
+    _start_apiserver(supervisor, binaries["kube-apiserver"], testbed, ca, certs)
+    api = testbed.api()
+    _install_apis(api, legacy_computedomain_crd=legacy_computedomain_crd)
+    _start_control_loops(supervisor, binaries, testbed)
+    _create_nodes(api, nodes)
+    _start_simulator(supervisor, testbed)
+    _start_lws(supervisor, binaries["lws-manager"], testbed, ca, certs)
+    _wait_nodes_ready(supervisor, api, nodes)
+    testbed.save()
+    _say(
+        echo,
+        f"testbed up in {time.monotonic() - started:.0f}s (builds {built - started:.0f}s); kubeconfig: {testbed.kubeconfig}",
+    )
+    return testbed
+
+
+def _say(echo: bool, message: str) -> None:
+    if echo:
+        print(message, flush=True)
+
+
+def _write_kubeconfig(testbed: Testbed, admin: pki.KeyPair) -> None:
+    def encoded(path: pathlib.Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "testbed", "cluster": {"server": testbed.server, "certificate-authority-data": encoded(testbed.ca_cert)}}
+        ],
+        "users": [{"name": "admin", "user": {"client-certificate-data": encoded(admin.cert), "client-key-data": encoded(admin.key)}}],
+        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
+        "current-context": "testbed",
+    }
+    testbed.kubeconfig.write_text(yaml.safe_dump(document))
+    testbed.kubeconfig.chmod(0o600)
+
+
+def _start_etcd(supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed) -> None:
+    client_url = f"http://127.0.0.1:{testbed.ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{testbed.ports['etcd-peer']}"
+    supervisor.start(
+        "etcd",
+        [
+            str(binary),
+            f"--data-dir={testbed.state_dir / 'etcd-data'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ],
+    )
+    _wait_http(supervisor, "etcd", f"{client_url}/health", context=None)
+
+
+def _start_apiserver(
+    supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: pki.KeyPair, certs: pathlib.Path
+) -> None:
+    serving = pki.issue(
+        ca,
+        pki.KeyPair(certs / "apiserver.crt", certs / "apiserver.key"),
+        common_name="kube-apiserver",
+        hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"),
+    )
+    service_accounts = pki.ensure_service_account_keys(certs)
+    supervisor.start(
+        "kube-apiserver",
+        [
+            str(binary),
+            f"--etcd-servers=http://127.0.0.1:{testbed.ports['etcd']}",
+            f"--secure-port={testbed.ports['kube-apiserver']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={serving.cert}",
+            f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={ca.cert}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={service_accounts.cert}",
+            f"--service-account-signing-key-file={service_accounts.key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            # Fake nodes run no kubelet and mount no tokens; without this, pods would race service-account creation.
+            "--disable-admission-plugins=ServiceAccount",
+            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            "--max-requests-inflight=1000",
+            "--max-mutating-requests-inflight=500",
+            "--v=1",
+        ],
+    )
+    context = ssl.create_default_context(cafile=str(ca.cert))
+    context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+    _wait_http(supervisor, "kube-apiserver", f"{testbed.server}/readyz", context=context, timeout=120)
+
+
+def _install_apis(api: client.ApiClient, *, legacy_computedomain_crd: bool) -> None:
+    lws_crds = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "crd" / "bases"
+    crds = [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))]
+    crds.append(manifests.computedomain_crd(num_nodes_required=legacy_computedomain_crd))
+    for crd in crds:
+        kube.apply(api, crd)
+    extensions = client.ApiextensionsV1Api(api)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        waiting.wait_for(
+            lambda name=name: _established(extensions.read_custom_resource_definition(name)),
+            what=f"CRD {name} to be established",
+            timeout=60,
+        )
+    kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}})
+    kube.apply(api, manifests.channel_device_class())
+
+
+def _established(crd: client.V1CustomResourceDefinition) -> bool:
+    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+
+def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, pathlib.Path], testbed: Testbed) -> None:
+    kubeconfig = str(testbed.kubeconfig)
+    certs = testbed.state_dir / "pki"
+    supervisor.start(
+        "kube-controller-manager",
+        [
+            str(binaries["kube-controller-manager"]),
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--controllers=*,resourceclaim-controller",
+            f"--service-account-private-key-file={certs / 'sa.key'}",
+            f"--root-ca-file={testbed.ca_cert}",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--concurrent-statefulset-syncs=10",
+            "--concurrent-gc-syncs=20",
+            "--v=1",
+        ],
+    )
+    supervisor.start(
+        "kube-scheduler",
+        [
+            str(binaries["kube-scheduler"]),
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--v=1",
+        ],
+    )
+    supervisor.start(
+        "kwok",
+        [
+            str(binaries["kwok"]),
+            f"--kubeconfig={kubeconfig}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={manifests.KWOK_NODE_ANNOTATION}=fake",
+            "--cidr=10.244.0.0/16",
+            "--node-ip=10.0.0.1",
+            "--node-lease-duration-seconds=40",
+        ],
+    )
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        supervisor.ensure_alive(name)
+
+
+def _create_nodes(api: client.ApiClient, count: int) -> None:
+    core = client.CoreV1Api(api)
+    wanted = {manifests.fake_node(index)["metadata"]["name"] for index in range(count)}
+    for node in core.list_node(label_selector=f"{manifests.TESTBED_NODE_LABEL}=true").items:
+        if node.metadata.name not in wanted:
+            core.delete_node(node.metadata.name)
+    for index in range(count):
+        node = manifests.fake_node(index)
+        kube.apply(api, {key: value for key, value in node.items() if key != "status"})
+        # Capacity lives in status, which only the status subresource accepts.
+        core.patch_node_status(node["metadata"]["name"], {"status": node["status"]})
+
+
+def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None:
+    supervisor.start(
+        "dra-simulator",
+        [sys.executable, "-m", "mnnvl_testbed.simulator"],
+        env={"KUBECONFIG": str(testbed.kubeconfig)},
+    )
+
+
+def _start_lws(
+    supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: pki.KeyPair, certs: pathlib.Path
+) -> None:
+    lws_dir = testbed.state_dir / "lws"
+    cert_dir = lws_dir / "certs"
+    pki.issue(ca, pki.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key"), common_name="lws-webhook", hosts=("127.0.0.1", "localhost"))
+    config_file = lws_dir / "config.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+                "kind": "Configuration",
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "webhook": {"host": "127.0.0.1", "port": testbed.ports["lws-webhook"], "certDir": str(cert_dir)},
+                "metrics": {"bindAddress": "0"},
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{testbed.ports['lws-health']}"},
+            }
+        )
+    )
+    supervisor.start(
+        "lws-manager",
+        [str(binary), f"--config={config_file}", "--zap-log-level=2"],
+        env={"KUBECONFIG": str(testbed.kubeconfig)},
+    )
+    _wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
+    api = testbed.api()
+    for configuration in lws_webhook_configurations(testbed, ca):
+        kube.apply(api, configuration)
+
+
+def lws_webhook_configurations(testbed: Testbed, ca: pki.KeyPair) -> list[dict[str, Any]]:
+    """Upstream's webhook configurations, pointed at the local LWS manager by URL with our CA."""
+    source = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "webhook"
+    documents = [doc for doc in yaml.safe_load_all((source / "manifests.yaml").read_text()) if doc]
+    pod_selector = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
+    ca_bundle = base64.b64encode(ca.cert.read_bytes()).decode()
+    base_url = f"https://127.0.0.1:{testbed.ports['lws-webhook']}"
+    for document in documents:
+        document["metadata"]["name"] = "lws-" + document["metadata"]["name"]
+        for webhook in document["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": base_url + path, "caBundle": ca_bundle}
+            # As upstream's kustomize patches do: pod webhooks only see LWS pods.
+            if webhook["rules"][0]["resources"] == ["pods"]:
+                webhook["objectSelector"] = pod_selector
+    return documents
+
+
+def _wait_nodes_ready(supervisor: processes.Supervisor, api: client.ApiClient, count: int) -> None:
+    core = client.CoreV1Api(api)
+    resources = client.CustomObjectsApi(api)
+
+    def ready_nodes() -> int:
+        return sum(
+            1
+            for node in core.list_node(label_selector=f"{manifests.TESTBED_NODE_LABEL}=true").items
+            if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        )
+
+    def published_slices() -> int:
+        slices = resources.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+        return sum(1 for item in slices if item["spec"]["driver"] == manifests.keys.COMPUTE_DOMAIN_DRIVER)
+
+    for name, what, condition in (
+        ("kwok", f"{count} fake nodes to be Ready", lambda: ready_nodes() >= count),
+        ("dra-simulator", f"{count} channel ResourceSlices", lambda: published_slices() >= count),
+    ):
+        try:
+            waiting.wait_for(condition, what=what, timeout=90)
+        except waiting.ConditionTimeout as timeout:
+            raise supervisor.fail(name, str(timeout)) from timeout
+
+
+def _wait_http(
+    supervisor: processes.Supervisor, name: str, url: str, *, context: ssl.SSLContext | None, timeout: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        supervisor.ensure_alive(name)
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as error:
+            last = str(error)
+        time.sleep(0.2)
+    raise supervisor.fail(name, f"not ready at {url} after {timeout:.0f}s ({last})")
+
+
+def _apiserver_ready(testbed: Testbed) -> bool:
+    context = ssl.create_default_context(cafile=str(testbed.ca_cert))
+    certs = testbed.state_dir / "pki"
+    context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+    try:
+        with urllib.request.urlopen(f"{testbed.server}/readyz", timeout=2, context=context) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False

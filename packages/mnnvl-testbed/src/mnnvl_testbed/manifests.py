@@ -1,0 +1,203 @@
+"""The objects the testbed installs: fake GB200 nodes and the NVIDIA DRA driver's API surface."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from mnnvl_api import keys
+
+NODES_PER_CLIQUE = 4
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+TESTBED_NODE_LABEL = "mnnvl-testbed/node"
+COMPUTE_DOMAIN_FINALIZER = "resource.nvidia.com/computeDomain"
+DRIVER_LABEL = "resource.nvidia.com/computeDomain"
+DRIVER_TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
+# Stable cluster UUIDs, so clique labels are the same on every run.
+_CLUSTER_NAMESPACE = uuid.UUID("6c1b0a1e-0000-4000-8000-000000000000")
+
+
+def clique_id(index: int) -> str:
+    """`<clusterUUID>.<cliqueId>` as GPU Feature Discovery labels GB200 nodes."""
+    return f"{uuid.uuid5(_CLUSTER_NAMESPACE, f'nvl72-rack-{index}')}.{index}"
+
+
+def fake_node(index: int, *, nodes_per_clique: int = NODES_PER_CLIQUE) -> dict[str, Any]:
+    """A kwok-managed GB200 node: 4 GPUs, the clique label, no taints."""
+    name = f"gb200-{index:03d}"
+    capacity = {"cpu": "72", "memory": "480Gi", "pods": "110", keys.GPU_RESOURCE: "4", "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "arm64",
+                "node.kubernetes.io/instance-type": "gb200-nvl72",
+                keys.GPU_CLIQUE_LABEL: clique_id(index // nodes_per_clique),
+                TESTBED_NODE_LABEL: "true",
+            },
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def computedomain_crd(*, num_nodes_required: bool = False) -> dict[str, Any]:
+    """The ComputeDomain CRD as the NVIDIA driver serves it (v0.4.0+; `num_nodes_required` for <= v25.12)."""
+    num_nodes: dict[str, Any] = {"type": "integer"}
+    if not num_nodes_required:
+        num_nodes.update({"default": 0, "minimum": 0})
+    node_status = {
+        "type": "object",
+        "required": ["cliqueID", "ipAddress", "name"],
+        "properties": {
+            "cliqueID": {"type": "string"},
+            "index": {"type": "integer"},
+            "ipAddress": {"type": "string"},
+            "name": {"type": "string"},
+            "status": {"type": "string", "default": "NotReady", "enum": ["Ready", "NotReady"]},
+        },
+    }
+    spec = {
+        "type": "object",
+        "required": ["channel", "numNodes"] if num_nodes_required else ["channel"],
+        "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "A computeDomain.spec is immutable"}],
+        "properties": {
+            "numNodes": num_nodes,
+            "channel": {
+                "type": "object",
+                "required": ["resourceClaimTemplate"],
+                "properties": {
+                    "resourceClaimTemplate": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {"name": {"type": "string"}},
+                    },
+                    "allocationMode": {"type": "string", "default": "Single", "enum": ["All", "Single"]},
+                },
+            },
+        },
+    }
+    status = {
+        "type": "object",
+        "required": ["status"],
+        "properties": {
+            "status": {"type": "string", "default": "NotReady", "enum": ["Ready", "NotReady"]},
+            "nodes": {
+                "type": "array",
+                "items": node_status,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{keys.COMPUTE_DOMAIN_PLURAL}.{keys.COMPUTE_DOMAIN_GROUP}"},
+        "spec": {
+            "group": keys.COMPUTE_DOMAIN_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": keys.COMPUTE_DOMAIN_KIND,
+                "listKind": "ComputeDomainList",
+                "plural": keys.COMPUTE_DOMAIN_PLURAL,
+                "singular": "computedomain",
+            },
+            "versions": [
+                {
+                    "name": keys.COMPUTE_DOMAIN_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def channel_device_class() -> dict[str, Any]:
+    expression = (
+        f"device.driver == '{keys.COMPUTE_DOMAIN_DRIVER}' && "
+        f"device.attributes['{keys.COMPUTE_DOMAIN_DRIVER}'].type == 'channel' && "
+        f"device.attributes['{keys.COMPUTE_DOMAIN_DRIVER}'].id == 0"
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": keys.CHANNEL_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def channel_resource_slice(node: dict[str, Any]) -> dict[str, Any]:
+    """One `channel-0` device per node, as the driver's kubelet plugin publishes it."""
+    name = node["metadata"]["name"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{name}-{keys.COMPUTE_DOMAIN_DRIVER}",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"], "controller": True}
+            ],
+        },
+        "spec": {
+            "driver": keys.COMPUTE_DOMAIN_DRIVER,
+            "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}],
+        },
+    }
+
+
+def workload_claim_template(domain: dict[str, Any]) -> dict[str, Any]:
+    """The workload ResourceClaimTemplate the driver creates for a ComputeDomain (no ownerReference)."""
+    uid = domain["metadata"]["uid"]
+    mode = domain["spec"]["channel"].get("allocationMode", "Single")
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": domain["spec"]["channel"]["resourceClaimTemplate"]["name"],
+            "namespace": domain["metadata"]["namespace"],
+            "labels": {DRIVER_LABEL: uid, DRIVER_TARGET_LABEL: "Workload"},
+        },
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "channel", "exactly": {"deviceClassName": keys.CHANNEL_DEVICE_CLASS}}],
+                    "config": [
+                        {
+                            "requests": ["channel"],
+                            "opaque": {
+                                "driver": keys.COMPUTE_DOMAIN_DRIVER,
+                                "parameters": {
+                                    "apiVersion": "resource.nvidia.com/v1beta1",
+                                    "kind": "ComputeDomainChannelConfig",
+                                    "domainID": uid,
+                                    "allocationMode": mode,
+                                },
+                            },
+                        }
+                    ],
+                }
+            }
+        },
+    }

@@ -1,0 +1,105 @@
+"""Background processes of the testbed: started detached, tracked by pid files, logs in the state dir."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start or become ready; the message names it and shows the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def log_tail(log: pathlib.Path, lines: int = 25) -> str:
+    if not log.exists():
+        return "(no log written)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Supervisor:
+    """Starts components as their own sessions so they outlive the `up` command; stops them by pid."""
+
+    def __init__(self, state_dir: pathlib.Path) -> None:
+        self.logs = state_dir / "logs"
+        self.pids = state_dir / "pids"
+
+    def start(self, name: str, command: list[str], *, env: dict[str, str] | None = None) -> int:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pids.mkdir(parents=True, exist_ok=True)
+        with self.log(name).open("ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+        (self.pids / f"{name}.pid").write_text(str(process.pid))
+        return process.pid
+
+    def log(self, name: str) -> pathlib.Path:
+        return self.logs / f"{name}.log"
+
+    def pid(self, name: str) -> int | None:
+        path = self.pids / f"{name}.pid"
+        return int(path.read_text()) if path.exists() else None
+
+    def alive(self, name: str) -> bool:
+        pid = self.pid(name)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # A zombie (exited, not yet reaped) is not alive.
+        with contextlib.suppress(OSError):
+            state = pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+            return state != "Z"
+        return True
+
+    def names(self) -> list[str]:
+        return sorted(path.stem for path in self.pids.glob("*.pid")) if self.pids.exists() else []
+
+    def stop(self, name: str, *, timeout: float = 15.0) -> None:
+        pid = self.pid(name)
+        if pid is not None:
+            _terminate(pid, timeout)
+        (self.pids / f"{name}.pid").unlink(missing_ok=True)
+
+    def fail(self, name: str, what: str) -> ComponentError:
+        return ComponentError(f"{name}: {what}\n--- last lines of {self.log(name)} ---\n{log_tail(self.log(name))}")
+
+    def ensure_alive(self, name: str) -> None:
+        if not self.alive(name):
+            raise self.fail(name, "exited during start-up")
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    # The component leads its own process group; signal the group so helpers it spawned go too.
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            time.sleep(0.1)
