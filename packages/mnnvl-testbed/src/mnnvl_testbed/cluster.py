@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from mnnvl_api import keys
+
 from . import building, kube, manifests, pki, processes, versions, waiting
 
 DEFAULT_NODES = 8
@@ -101,9 +103,7 @@ def status(state_dir: pathlib.Path) -> dict[str, Any]:
 
 def is_running(state_dir: pathlib.Path) -> bool:
     report = status(state_dir)
-    return bool(report.get("apiserver_ready")) and all(
-        state == "running" for state in report["components"].values()
-    )
+    return bool(report.get("apiserver_ready")) and all(state == "running" for state in report["components"].values())
 
 
 def down(state_dir: pathlib.Path) -> None:
@@ -139,10 +139,18 @@ def up(
         state_dir=state_dir,
         kubeconfig=state_dir / "admin.kubeconfig",
         ca_cert=ca.cert,
-        ports={name: processes.free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "lws-webhook", "lws-health")},
+        ports={
+            name: processes.free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "lws-webhook", "lws-health")
+        },
         nodes=nodes,
     )
-    admin = pki.issue(ca, pki.KeyPair(certs / "admin.crt", certs / "admin.key"), common_name="admin", organizations=("system:masters",), client=True)
+    admin = pki.issue(
+        ca,
+        pki.KeyPair(certs / "admin.crt", certs / "admin.key"),
+        common_name="admin",
+        organizations=("system:masters",),
+        client=True,
+    )
     _write_kubeconfig(testbed, admin)
 
     _start_etcd(supervisor, binaries["etcd"], testbed)
@@ -155,10 +163,8 @@ def up(
     _start_lws(supervisor, binaries["lws-manager"], testbed, ca, certs)
     _wait_nodes_ready(supervisor, api, nodes)
     testbed.save()
-    _say(
-        echo,
-        f"testbed up in {time.monotonic() - started:.0f}s (builds {built - started:.0f}s); kubeconfig: {testbed.kubeconfig}",
-    )
+    took = f"{time.monotonic() - started:.0f}s (builds {built - started:.0f}s)"
+    _say(echo, f"testbed up in {took}; kubeconfig: {testbed.kubeconfig}")
     return testbed
 
 
@@ -175,9 +181,17 @@ def _write_kubeconfig(testbed: Testbed, admin: pki.KeyPair) -> None:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "testbed", "cluster": {"server": testbed.server, "certificate-authority-data": encoded(testbed.ca_cert)}}
+            {
+                "name": "testbed",
+                "cluster": {"server": testbed.server, "certificate-authority-data": encoded(testbed.ca_cert)},
+            }
         ],
-        "users": [{"name": "admin", "user": {"client-certificate-data": encoded(admin.cert), "client-key-data": encoded(admin.key)}}],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate-data": encoded(admin.cert), "client-key-data": encoded(admin.key)},
+            }
+        ],
         "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
         "current-context": "testbed",
     }
@@ -251,21 +265,16 @@ def _install_apis(api: client.ApiClient, *, legacy_computedomain_crd: bool) -> N
     crds = [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))]
     crds.append(manifests.computedomain_crd(num_nodes_required=legacy_computedomain_crd))
     for crd in crds:
-        kube.apply(api, crd)
-    extensions = client.ApiextensionsV1Api(api)
+        kube.apply(api, crd, "customresourcedefinitions")
     for crd in crds:
-        name = crd["metadata"]["name"]
-        waiting.wait_for(
-            lambda name=name: _established(extensions.read_custom_resource_definition(name)),
-            what=f"CRD {name} to be established",
-            timeout=60,
-        )
-    kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}})
-    kube.apply(api, manifests.channel_device_class())
+        crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
 
+        def established(path: str = crd_path) -> bool:
+            return kube.is_condition_true(kube.request(api, "GET", path), "Established")
 
-def _established(crd: client.V1CustomResourceDefinition) -> bool:
-    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+        waiting.wait_for(established, what=f"{crd_path} to be established", timeout=60)
+    kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}}, "namespaces")
+    kube.apply(api, manifests.channel_device_class(), "deviceclasses")
 
 
 def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, pathlib.Path], testbed: Testbed) -> None:
@@ -315,16 +324,16 @@ def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, p
 
 
 def _create_nodes(api: client.ApiClient, count: int) -> None:
-    core = client.CoreV1Api(api)
     wanted = {manifests.fake_node(index)["metadata"]["name"] for index in range(count)}
-    for node in core.list_node(label_selector=f"{manifests.TESTBED_NODE_LABEL}=true").items:
-        if node.metadata.name not in wanted:
-            core.delete_node(node.metadata.name)
+    for node in kube.items(api, "v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true"):
+        if node["metadata"]["name"] not in wanted:
+            kube.request(api, "DELETE", kube.path_of("v1", "nodes", name=node["metadata"]["name"]))
     for index in range(count):
         node = manifests.fake_node(index)
-        kube.apply(api, {key: value for key, value in node.items() if key != "status"})
+        kube.apply(api, {key: value for key, value in node.items() if key != "status"}, "nodes")
         # Capacity lives in status, which only the status subresource accepts.
-        core.patch_node_status(node["metadata"]["name"], {"status": node["status"]})
+        status_path = kube.path_of("v1", "nodes", name=node["metadata"]["name"]) + "/status"
+        kube.request(api, "PATCH", status_path, body={"status": node["status"]}, content_type=kube.MERGE_PATCH)
 
 
 def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None:
@@ -340,7 +349,12 @@ def _start_lws(
 ) -> None:
     lws_dir = testbed.state_dir / "lws"
     cert_dir = lws_dir / "certs"
-    pki.issue(ca, pki.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key"), common_name="lws-webhook", hosts=("127.0.0.1", "localhost"))
+    pki.issue(
+        ca,
+        pki.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key"),
+        common_name="lws-webhook",
+        hosts=("127.0.0.1", "localhost"),
+    )
     config_file = lws_dir / "config.yaml"
     config_file.write_text(
         yaml.safe_dump(
@@ -361,51 +375,31 @@ def _start_lws(
         env={"KUBECONFIG": str(testbed.kubeconfig)},
     )
     _wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
+    source = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "webhook" / "manifests.yaml"
+    upstream = [document for document in yaml.safe_load_all(source.read_text()) if document]
     api = testbed.api()
-    for configuration in lws_webhook_configurations(testbed, ca):
-        kube.apply(api, configuration)
-
-
-def lws_webhook_configurations(testbed: Testbed, ca: pki.KeyPair) -> list[dict[str, Any]]:
-    """Upstream's webhook configurations, pointed at the local LWS manager by URL with our CA."""
-    source = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "webhook"
-    documents = [doc for doc in yaml.safe_load_all((source / "manifests.yaml").read_text()) if doc]
-    pod_selector = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
-    ca_bundle = base64.b64encode(ca.cert.read_bytes()).decode()
-    base_url = f"https://127.0.0.1:{testbed.ports['lws-webhook']}"
-    for document in documents:
-        document["metadata"]["name"] = "lws-" + document["metadata"]["name"]
-        for webhook in document["webhooks"]:
-            path = webhook["clientConfig"]["service"]["path"]
-            webhook["clientConfig"] = {"url": base_url + path, "caBundle": ca_bundle}
-            # As upstream's kustomize patches do: pod webhooks only see LWS pods.
-            if webhook["rules"][0]["resources"] == ["pods"]:
-                webhook["objectSelector"] = pod_selector
-    return documents
+    for configuration in manifests.local_lws_webhooks(
+        upstream, base_url=f"https://127.0.0.1:{testbed.ports['lws-webhook']}", ca_bundle=ca.cert.read_bytes()
+    ):
+        kube.apply(api, configuration, configuration["kind"].lower() + "s")
 
 
 def _wait_nodes_ready(supervisor: processes.Supervisor, api: client.ApiClient, count: int) -> None:
-    core = client.CoreV1Api(api)
-    resources = client.CustomObjectsApi(api)
+    def ready_nodes() -> bool:
+        nodes = kube.items(api, "v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
+        return sum(1 for node in nodes if kube.is_condition_true(node, "Ready")) >= count
 
-    def ready_nodes() -> int:
-        return sum(
-            1
-            for node in core.list_node(label_selector=f"{manifests.TESTBED_NODE_LABEL}=true").items
-            if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-        )
-
-    def published_slices() -> int:
-        slices = resources.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
-        return sum(1 for item in slices if item["spec"]["driver"] == manifests.keys.COMPUTE_DOMAIN_DRIVER)
+    def published_slices() -> bool:
+        slices = kube.items(api, "resource.k8s.io/v1", "resourceslices")
+        return sum(1 for item in slices if item["spec"]["driver"] == keys.COMPUTE_DOMAIN_DRIVER) >= count
 
     for name, what, condition in (
-        ("kwok", f"{count} fake nodes to be Ready", lambda: ready_nodes() >= count),
-        ("dra-simulator", f"{count} channel ResourceSlices", lambda: published_slices() >= count),
+        ("kwok", f"{count} fake nodes to be Ready", ready_nodes),
+        ("dra-simulator", f"{count} channel ResourceSlices", published_slices),
     ):
         try:
             waiting.wait_for(condition, what=what, timeout=90)
-        except waiting.ConditionTimeout as timeout:
+        except waiting.WaitTimeoutError as timeout:
             raise supervisor.fail(name, str(timeout)) from timeout
 
 
@@ -432,6 +426,7 @@ def _apiserver_ready(testbed: Testbed) -> bool:
     context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
     try:
         with urllib.request.urlopen(f"{testbed.server}/readyz", timeout=2, context=context) as response:
-            return response.status == 200
+            ready: bool = response.status == 200
+            return ready
     except (urllib.error.URLError, OSError):
         return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import uuid
 from typing import Any
 
@@ -201,3 +203,21 @@ def workload_claim_template(domain: dict[str, Any]) -> dict[str, Any]:
             }
         },
     }
+
+
+def local_lws_webhooks(upstream: list[dict[str, Any]], *, base_url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """Upstream LWS's webhook configurations, named as its installers name them, called by URL with our CA.
+
+    As upstream's kustomize patches and Helm chart do, the pod webhooks only see pods labelled as LWS pods.
+    """
+    pod_selector = {"matchExpressions": [{"key": keys.LWS_NAME_LABEL, "operator": "Exists"}]}
+    encoded = base64.b64encode(ca_bundle).decode()
+    configurations = copy.deepcopy(upstream)
+    for configuration in configurations:
+        configuration["metadata"]["name"] = "lws-" + configuration["metadata"]["name"]
+        for webhook in configuration["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": base_url + path, "caBundle": encoded}
+            if any("pods" in rule["resources"] for rule in webhook["rules"]):
+                webhook["objectSelector"] = pod_selector
+    return configurations

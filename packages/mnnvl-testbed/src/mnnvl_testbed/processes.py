@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import shutil
 import signal
 import socket
-import subprocess
 import time
 
 
@@ -38,17 +38,23 @@ class Supervisor:
     def start(self, name: str, command: list[str], *, env: dict[str, str] | None = None) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pids.mkdir(parents=True, exist_ok=True)
+        executable = shutil.which(command[0]) or command[0]
         with self.log(name).open("ab") as log:
-            process = subprocess.Popen(
+            # posix_spawn with setsid: the component leads its own session and outlives this process,
+            # and no Popen object is left behind to complain about a child it never waited for.
+            pid = os.posix_spawn(
+                executable,
                 command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, **(env or {})},
+                {**os.environ, **(env or {})},
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log.fileno(), 1),
+                    (os.POSIX_SPAWN_DUP2, log.fileno(), 2),
+                ],
+                setsid=True,
             )
-        (self.pids / f"{name}.pid").write_text(str(process.pid))
-        return process.pid
+        (self.pids / f"{name}.pid").write_text(str(pid))
+        return pid
 
     def log(self, name: str) -> pathlib.Path:
         return self.logs / f"{name}.log"

@@ -15,37 +15,40 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
+import pathlib
 from typing import Any
 
 import kopf
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import exceptions
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import references
 
-from . import manifests
+from . import kube, manifests
 
 COMPONENT = "mnnvl-testbed-dra-simulator"
 TEARDOWN_REASON = "ComputeDomainTeardown"
 #: On teardown Events: comma-separated names of the non-terminal pods that referenced the domain (empty: none).
 REFERENCING_PODS_ANNOTATION = "mnnvl-testbed/referencing-pods"
+CD_API_VERSION = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
 
 registry = kopf.OperatorRegistry()
 _api: client.ApiClient | None = None
 
 
 def api() -> client.ApiClient:
-    global _api  # noqa: PLW0603 - one client per process, created after kopf configured logging
+    global _api  # noqa: PLW0603 - one client per process, created once kopf has started
     if _api is None:
-        _api = config.new_client_from_config()
+        _api = kube.api_client(pathlib.Path(os.environ["KUBECONFIG"]))
     return _api
 
 
 @kopf.on.startup(registry=registry)
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False
-    settings.persistence.finalizer = "testbed.mnnvl/simulator"
+    settings.persistence.finalizer = "simulator.testbed.mnnvl/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="simulator.testbed.mnnvl")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="simulator.testbed.mnnvl")
     settings.watching.server_timeout = 120
@@ -53,28 +56,24 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.index("pods", id="claim-template-users", registry=registry)
-def claim_template_users(body: kopf.Body, namespace: str, name: str, **_: Any) -> dict[tuple[str, str], str]:
-    """(namespace, template) → names of non-terminal pods referencing it."""
-    return {(namespace, template): name for template in references.live_claim_templates(body)}
+def claim_template_users(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], str]:
+    """(namespace, template) → names of the non-terminal pods referencing it."""
+    return {(namespace or "", template): name for template in references.live_claim_templates(body)}
 
 
 @kopf.on.event("nodes", labels={manifests.TESTBED_NODE_LABEL: "true"}, id="publish-channel", registry=registry)
-def publish_channel(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's kwarg name
+def publish_channel(body: kopf.Body, type: str, **_: Any) -> None:
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
         return  # the slice's ownerReference lets the garbage collector remove it
     resource_slice = manifests.channel_resource_slice(dict(body))
-    custom = client.CustomObjectsApi(api())
-    try:
-        custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", resource_slice)
-    except exceptions.ApiException as error:
-        if error.status != 409:
-            raise
+    _create_if_absent(kube.path_of("resource.k8s.io/v1", "resourceslices"), resource_slice)
 
 
 @kopf.on.event(
     keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL, id="drive", registry=registry
 )
-async def drive(body: kopf.Body, type: str | None, claim_template_users: kopf.Index[tuple[str, str], str], **_: Any) -> None:  # noqa: A002
+async def drive(body: kopf.Body, type: str, **kwargs: Any) -> None:
+    claim_template_users: kopf.Index[tuple[str, str], str] = kwargs["claim_template_users"]
     if type == "DELETED":
         return
     domain = dict(body)
@@ -87,95 +86,105 @@ async def drive(body: kopf.Body, type: str | None, claim_template_users: kopf.In
     await asyncio.to_thread(_bring_up, domain)
 
 
+def _domain_path(meta: dict[str, Any]) -> str:
+    return kube.path_of(CD_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=meta["namespace"], name=meta["name"])
+
+
 def _bring_up(domain: dict[str, Any]) -> None:
-    custom = client.CustomObjectsApi(api())
     meta = domain["metadata"]
     if manifests.COMPUTE_DOMAIN_FINALIZER not in meta.get("finalizers", []):
-        custom.patch_namespaced_custom_object(
-            keys.COMPUTE_DOMAIN_GROUP,
-            keys.COMPUTE_DOMAIN_VERSION,
-            meta["namespace"],
-            keys.COMPUTE_DOMAIN_PLURAL,
-            meta["name"],
-            [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-                {"op": "add", "path": "/metadata/finalizers", "value": [*meta.get("finalizers", []), manifests.COMPUTE_DOMAIN_FINALIZER]},
-            ],
-        )
+        finalizers = [*meta.get("finalizers", []), manifests.COMPUTE_DOMAIN_FINALIZER]
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+        ]
+        if not _patch_or_skip(_domain_path(meta), patch):
+            return  # the domain changed meanwhile; its next event brings it up
     template = manifests.workload_claim_template(domain)
-    try:
-        custom.create_namespaced_custom_object(
-            "resource.k8s.io", "v1", meta["namespace"], "resourceclaimtemplates", template
-        )
-    except exceptions.ApiException as error:
-        if error.status != 409:
-            raise
+    _create_if_absent(
+        kube.path_of("resource.k8s.io/v1", "resourceclaimtemplates", namespace=meta["namespace"]), template
+    )
     if (domain.get("status") or {}).get("status") != "Ready":
-        custom.patch_namespaced_custom_object_status(
-            keys.COMPUTE_DOMAIN_GROUP,
-            keys.COMPUTE_DOMAIN_VERSION,
-            meta["namespace"],
-            keys.COMPUTE_DOMAIN_PLURAL,
-            meta["name"],
-            {"status": {"status": "Ready", "nodes": []}},
+        kube.request(
+            api(),
+            "PATCH",
+            _domain_path(meta) + "/status",
+            body={"status": {"status": "Ready", "nodes": []}},
+            content_type=kube.MERGE_PATCH,
         )
 
 
 def _tear_down(domain: dict[str, Any], users: list[str]) -> None:
-    custom = client.CustomObjectsApi(api())
     meta = domain["metadata"]
     template = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
     try:
-        custom.delete_namespaced_custom_object("resource.k8s.io", "v1", meta["namespace"], "resourceclaimtemplates", template)
+        kube.request(
+            api(),
+            "DELETE",
+            kube.path_of("resource.k8s.io/v1", "resourceclaimtemplates", namespace=meta["namespace"], name=template),
+        )
     except exceptions.ApiException as error:
         if error.status != 404:
             raise
     _record_teardown(domain, users)
-    finalizers = meta.get("finalizers", [])
-    index = finalizers.index(manifests.COMPUTE_DOMAIN_FINALIZER)
+    index = meta["finalizers"].index(manifests.COMPUTE_DOMAIN_FINALIZER)
+    pointer = f"/metadata/finalizers/{index}"
+    _patch_or_skip(
+        _domain_path(meta),
+        [
+            {"op": "test", "path": pointer, "value": manifests.COMPUTE_DOMAIN_FINALIZER},
+            {"op": "remove", "path": pointer},
+        ],
+    )
+
+
+def _patch_or_skip(path: str, patch: list[dict[str, Any]]) -> bool:
+    """Apply a JSON patch guarded by `test`; False when the object moved on or is gone (a later event retries)."""
     try:
-        custom.patch_namespaced_custom_object(
-            keys.COMPUTE_DOMAIN_GROUP,
-            keys.COMPUTE_DOMAIN_VERSION,
-            meta["namespace"],
-            keys.COMPUTE_DOMAIN_PLURAL,
-            meta["name"],
-            [
-                {"op": "test", "path": f"/metadata/finalizers/{index}", "value": manifests.COMPUTE_DOMAIN_FINALIZER},
-                {"op": "remove", "path": f"/metadata/finalizers/{index}"},
-            ],
-        )
+        kube.request(api(), "PATCH", path, body=patch, content_type=kube.JSON_PATCH)
     except exceptions.ApiException as error:
-        if error.status not in (404, 422):  # gone, or finalizers moved: the next event retries
+        if error.status in (404, 409, 422):
+            return False
+        raise
+    return True
+
+
+def _create_if_absent(collection: str, manifest: dict[str, Any]) -> None:
+    try:
+        kube.request(api(), "POST", collection, body=manifest)
+    except exceptions.ApiException as error:
+        if error.status != 409:
             raise
 
 
 def _record_teardown(domain: dict[str, Any], users: list[str]) -> None:
     meta = domain["metadata"]
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     in_use = f"while referenced by non-terminal pods: {', '.join(users)}" if users else "with no pod referencing it"
-    event = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(
-            generate_name=f"{meta['name']}.teardown.",
-            namespace=meta["namespace"],
-            annotations={REFERENCING_PODS_ANNOTATION: ",".join(users)},
-        ),
-        involved_object=client.V1ObjectReference(
-            api_version=f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}",
-            kind=keys.COMPUTE_DOMAIN_KIND,
-            name=meta["name"],
-            namespace=meta["namespace"],
-            uid=meta["uid"],
-        ),
-        reason=TEARDOWN_REASON,
-        message=f"IMEX teardown of ComputeDomain {meta['name']} {in_use}",
-        type="Warning" if users else "Normal",
-        source=client.V1EventSource(component=COMPONENT),
-        first_timestamp=now,
-        last_timestamp=now,
-        count=1,
-    )
-    client.CoreV1Api(api()).create_namespaced_event(meta["namespace"], event)
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "generateName": f"{meta['name']}.teardown.",
+            "namespace": meta["namespace"],
+            "annotations": {REFERENCING_PODS_ANNOTATION: ",".join(users)},
+        },
+        "involvedObject": {
+            "apiVersion": CD_API_VERSION,
+            "kind": keys.COMPUTE_DOMAIN_KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "reason": TEARDOWN_REASON,
+        "message": f"IMEX teardown of ComputeDomain {meta['name']} {in_use}",
+        "type": "Warning" if users else "Normal",
+        "source": {"component": COMPONENT},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    kube.request(api(), "POST", kube.path_of("v1", "events", namespace=meta["namespace"]), body=event)
 
 
 def main() -> None:

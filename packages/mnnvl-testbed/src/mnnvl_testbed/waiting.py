@@ -9,7 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-class ConditionTimeout(AssertionError):
+class WaitTimeoutError(AssertionError):
     """The condition did not hold in time. Subclasses AssertionError so pytest reports it as a test failure."""
 
 
@@ -33,5 +33,5 @@ def wait_for(
             return result
         if time.monotonic() >= deadline:
             seen = state() if state is not None else "(no state captured)"
-            raise ConditionTimeout(f"timed out after {timeout:.0f}s waiting for {what}; last seen:\n{seen}")
+            raise WaitTimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; last seen:\n{seen}")
         time.sleep(interval)

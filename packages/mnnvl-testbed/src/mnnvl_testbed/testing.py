@@ -1,0 +1,104 @@
+"""Helpers for tests against the testbed: a session-wide testbed, namespaces, and waits that explain themselves.
+
+`MNNVL_TESTBED_STATE` names the state dir of a testbed to reuse; without it, tests use (and start if
+needed) the default one. A testbed started by a test session keeps running afterwards, so the next
+session starts warm; `mnnvl-testbed down` stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client import exceptions
+
+from . import cluster, kube, simulator, waiting
+
+wait_for = waiting.wait_for
+
+
+def start_or_reuse() -> cluster.Testbed:
+    return cluster.up(cluster.default_state_dir(), echo=False)
+
+
+@contextlib.contextmanager
+def namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards (without waiting for it to drain)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", prefix.lower())[:40].strip("-") or "test"
+    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    kube.request(
+        api,
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"mnnvl-test": "true"}}},
+    )
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(exceptions.ApiException):
+            kube.request(api, "DELETE", f"/api/v1/namespaces/{name}")
+
+
+def dump(objects: Any) -> str:
+    """Objects as YAML for failure messages, without the noise of managedFields."""
+
+    def clean(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {k: clean(v) for k, v in item.items() if k != "managedFields"}
+        if isinstance(item, list | tuple):
+            return [clean(v) for v in item]
+        return item
+
+    return yaml.safe_dump(clean(objects), sort_keys=False, width=160)
+
+
+def pods(api: client.ApiClient, ns: str, selector: str = "") -> list[kube.Object]:
+    query = {"labelSelector": selector} if selector else {}
+    return kube.items(api, "v1", "pods", namespace=ns, **query)
+
+
+def running(found: list[kube.Object]) -> list[kube.Object]:
+    """The pods that are bound to a node and Running."""
+    return [p for p in found if p.get("status", {}).get("phase") == "Running" and p["spec"].get("nodeName")]
+
+
+def placement(found: list[kube.Object]) -> list[tuple[str, str | None, str | None]]:
+    """(name, phase, node) of each pod: a compact state for failure messages."""
+    return [(p["metadata"]["name"], p.get("status", {}).get("phase"), p["spec"].get("nodeName")) for p in found]
+
+
+def teardowns(api: client.ApiClient, ns: str) -> list[dict[str, Any]]:
+    """Every ComputeDomain teardown the DRA simulator recorded in `ns`, with the pods that still used it."""
+    events = kube.items(api, "v1", "events", namespace=ns, fieldSelector=f"reason={simulator.TEARDOWN_REASON}")
+    return [
+        {
+            "domain": event["involvedObject"]["name"],
+            "referencing_pods": [
+                name
+                for name in event["metadata"]
+                .get("annotations", {})
+                .get(simulator.REFERENCING_PODS_ANNOTATION, "")
+                .split(",")
+                if name
+            ],
+            "message": event["message"],
+        }
+        for event in events
+    ]
+
+
+def state_of(read: Callable[[], Any]) -> Callable[[], str]:
+    """A `state` callback for `wait_for` that dumps whatever `read` returns (or why it could not)."""
+
+    def render() -> str:
+        try:
+            return dump(read())
+        except exceptions.ApiException as error:
+            return f"(could not read: {error.status} {error.reason}: {error.body})"
+
+    return render

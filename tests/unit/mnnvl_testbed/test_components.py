@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import base64
+import pathlib
+import sys
+
+import pytest
+
+from mnnvl_api import keys
+from mnnvl_testbed import manifests, processes, waiting
+
+
+def test_a_component_that_dies_is_named_with_the_end_of_its_log(tmp_path: pathlib.Path) -> None:
+    supervisor = processes.Supervisor(tmp_path)
+    supervisor.start(
+        "broken", [sys.executable, "-c", "import sys; print('listening failed: port in use'); sys.exit(3)"]
+    )
+    waiting.wait_for(lambda: not supervisor.alive("broken"), what="the broken component to exit", timeout=20)
+    with pytest.raises(processes.ComponentError) as failure:
+        supervisor.ensure_alive("broken")
+    message = str(failure.value)
+    assert message.startswith("broken: exited during start-up")
+    assert "listening failed: port in use" in message
+
+
+def test_stopping_a_component_ends_its_process(tmp_path: pathlib.Path) -> None:
+    supervisor = processes.Supervisor(tmp_path)
+    supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"])
+    assert supervisor.alive("sleeper")
+    supervisor.stop("sleeper")
+    assert not supervisor.alive("sleeper")
+    assert supervisor.names() == []
+
+
+def test_a_wait_that_times_out_shows_the_state_last_seen() -> None:
+    with pytest.raises(waiting.WaitTimeoutError, match=r"waiting for the impossible; last seen:\nstate 42"):
+        waiting.wait_for(lambda: None, what="the impossible", timeout=0.3, interval=0.1, state=lambda: "state 42")
+
+
+def test_a_wait_returns_the_first_truthy_result() -> None:
+    results = iter([None, False, {"ready": True}])
+    assert waiting.wait_for(lambda: next(results), what="readiness", timeout=5, interval=0.01) == {"ready": True}
+
+
+def test_fake_nodes_fill_cliques_of_four() -> None:
+    nodes = [manifests.fake_node(index) for index in range(8)]
+    cliques = [node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes]
+    assert cliques[:4] == [cliques[0]] * 4
+    assert cliques[4:] == [cliques[4]] * 4
+    assert cliques[0] != cliques[4]
+    assert cliques[0].endswith(".0")
+    assert nodes[5]["metadata"]["name"] == "gb200-005"
+    assert nodes[5]["status"]["capacity"][keys.GPU_RESOURCE] == "4"
+
+
+@pytest.mark.parametrize(
+    ("legacy", "required"),
+    [pytest.param(False, ["channel"], id="driver-0.4"), pytest.param(True, ["channel", "numNodes"], id="driver-25.12")],
+)
+def test_the_computedomain_crd_variants_differ_in_whether_num_nodes_is_required(
+    legacy: bool, required: list[str]
+) -> None:
+    crd = manifests.computedomain_crd(num_nodes_required=legacy)
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["required"] == required
+    assert ("default" in spec["properties"]["numNodes"]) is not legacy
+
+
+def test_lws_webhooks_are_pointed_at_the_local_manager_and_pod_webhooks_only_see_lws_pods() -> None:
+    upstream = [
+        {
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "mutating-webhook-configuration"},
+            "webhooks": [
+                {
+                    "name": "mleaderworkerset.kb.io",
+                    "clientConfig": {"service": {"path": "/mutate-lws"}},
+                    "rules": [{"resources": ["leaderworkersets"]}],
+                },
+                {
+                    "name": "mpod.kb.io",
+                    "clientConfig": {"service": {"path": "/mutate--v1-pod"}},
+                    "rules": [{"resources": ["pods"]}],
+                },
+            ],
+        }
+    ]
+    [local] = manifests.local_lws_webhooks(upstream, base_url="https://127.0.0.1:9443", ca_bundle=b"CA")
+    assert local["metadata"]["name"] == "lws-mutating-webhook-configuration"
+    lws_hook, pod_hook = local["webhooks"]
+    assert lws_hook["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate-lws",
+        "caBundle": base64.b64encode(b"CA").decode(),
+    }
+    assert "objectSelector" not in lws_hook
+    assert pod_hook["objectSelector"] == {"matchExpressions": [{"key": keys.LWS_NAME_LABEL, "operator": "Exists"}]}
+    assert upstream[0]["metadata"]["name"] == "mutating-webhook-configuration"
+
+
+def test_the_workload_claim_template_requests_the_default_channel_and_has_no_owner() -> None:
+    domain = {
+        "metadata": {"name": "cd", "namespace": "ns", "uid": "u-1"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
+    }
+    template = manifests.workload_claim_template(domain)
+    assert template["metadata"] == {
+        "name": "cd-channel",
+        "namespace": "ns",
+        "labels": {manifests.DRIVER_LABEL: "u-1", manifests.DRIVER_TARGET_LABEL: "Workload"},
+    }
+    request = template["spec"]["spec"]["devices"]["requests"][0]
+    assert request == {"name": "channel", "exactly": {"deviceClassName": keys.CHANNEL_DEVICE_CLASS}}
