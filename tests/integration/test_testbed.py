@@ -8,11 +8,12 @@ from typing import Any
 from kubernetes import client
 
 from mnnvl_api import keys
-from mnnvl_testbed import cluster, manifests, testing, versions
+from mnnvl_testbed import cluster, kube, manifests, testing, versions
 
-LWS_GROUP = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
-DS_GROUP = ("disaggregatedset.x-k8s.io", "v1", "disaggregatedsets")
-CD_GROUP = (keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+DS_API = "disaggregatedset.x-k8s.io/v1"
+CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
+DRA_API = "resource.k8s.io/v1"
 
 
 def container(name: str, gpus: int = 0) -> dict[str, Any]:
@@ -29,101 +30,79 @@ def lws_spec(replicas: int, size: int) -> dict[str, Any]:
     }
 
 
-def running(pods: list[client.V1Pod]) -> list[client.V1Pod]:
-    return [pod for pod in pods if pod.status.phase == "Running" and pod.spec.node_name]
-
-
-def test_the_api_server_reports_the_version_it_was_built_from(api: client.ApiClient) -> None:
-    assert client.VersionApi(api).get_code().git_version == versions.KUBERNETES_VERSION
-
-
-def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: client.ApiClient, testbed: cluster.Testbed) -> None:
-    nodes = client.CoreV1Api(api).list_node(label_selector=f"{manifests.TESTBED_NODE_LABEL}=true").items
-    assert len(nodes) == testbed.nodes
-    cliques = {node.metadata.labels[keys.GPU_CLIQUE_LABEL] for node in nodes}
-    assert len(cliques) == -(-testbed.nodes // manifests.NODES_PER_CLIQUE)
-    for node in nodes:
-        assert node.status.allocatable[keys.GPU_RESOURCE] == "4"
-        assert not node.spec.taints
-        assert node.metadata.labels["kubernetes.io/hostname"] == node.metadata.name
-
-
-def test_upstream_lws_creates_statefulsets_and_pods_that_run_on_fake_nodes(api: client.ApiClient, ns: str) -> None:
-    custom = client.CustomObjectsApi(api)
-    custom.create_namespaced_custom_object(
-        *LWS_GROUP[:2],
-        ns,
-        LWS_GROUP[2],
-        {
-            "apiVersion": "leaderworkerset.x-k8s.io/v1",
-            "kind": "LeaderWorkerSet",
-            "metadata": {"name": "web"},
-            "spec": lws_spec(2, 3),
-        },
-    )
-    apps = client.AppsV1Api(api)
-
-    def statefulsets() -> list[str]:
-        return sorted(sts.metadata.name for sts in apps.list_namespaced_stateful_set(ns).items)
-
-    testing.wait_for(
-        lambda: statefulsets() == ["web", "web-0", "web-1"],
-        what="leader and worker StatefulSets",
-        state=statefulsets,
-        timeout=90,
-    )
-    testing.wait_for(
-        lambda: len(running(testing.pods(api, ns))) == 6,
-        what="6 pods Running on fake nodes",
-        state=testing.state_of(
-            lambda: [(p.metadata.name, p.status.phase, p.spec.node_name) for p in testing.pods(api, ns)]
-        ),
-        timeout=120,
-    )
-    names = sorted(pod.metadata.name for pod in testing.pods(api, ns))
-    assert names == ["web-0", "web-0-1", "web-0-2", "web-1", "web-1-1", "web-1-2"]
-    leader = next(pod for pod in testing.pods(api, ns) if pod.metadata.name == "web-1")
-    assert leader.metadata.labels[keys.LWS_GROUP_INDEX_LABEL] == "1"
-    worker = next(pod for pod in testing.pods(api, ns) if pod.metadata.name == "web-1-2")
-    assert worker.metadata.annotations[keys.LWS_LEADER_NAME_ANNOTATION] == "web-1"
+def create(api: client.ApiClient, ns: str, api_version: str, plural: str, body: dict[str, Any]) -> kube.Object:
+    return kube.request(api, "POST", kube.path_of(api_version, plural, namespace=ns), body=body)
 
 
 def create_domain(api: client.ApiClient, ns: str, name: str) -> None:
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        *CD_GROUP[:2],
-        ns,
-        CD_GROUP[2],
-        {
-            "apiVersion": "resource.nvidia.com/v1beta1",
-            "kind": "ComputeDomain",
-            "metadata": {"name": name},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-        },
-    )
-
-
-def claim_template(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
-    templates = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "resource.k8s.io", "v1", ns, "resourceclaimtemplates"
-    )
-    return next((t for t in templates["items"] if t["metadata"]["name"] == name), None)
-
-
-def channel_pod(name: str, template: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
+    body = {
+        "apiVersion": CD_API,
+        "kind": "ComputeDomain",
         "metadata": {"name": name},
-        "spec": {
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    **container("vllm", 1),
-                    "resources": {"limits": {keys.GPU_RESOURCE: "1"}, "claims": [{"name": "channel"}]},
-                }
-            ],
-        },
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
     }
+    create(api, ns, CD_API, keys.COMPUTE_DOMAIN_PLURAL, body)
+
+
+def claim_template(api: client.ApiClient, ns: str, name: str) -> kube.Object | None:
+    return kube.get(api, DRA_API, "resourceclaimtemplates", name, namespace=ns)
+
+
+def channel_pod(name: str, template: str, node: str | None = None) -> dict[str, Any]:
+    gpu = container("vllm", 1)
+    gpu["resources"]["claims"] = [{"name": "channel"}]
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
+        "containers": [gpu],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def wait_running(api: client.ApiClient, ns: str, count: int, what: str) -> list[kube.Object]:
+    return testing.wait_for(
+        lambda: found if len(found := testing.running(testing.pods(api, ns))) == count else None,
+        what=what,
+        state=testing.state_of(lambda: testing.placement(testing.pods(api, ns))),
+        timeout=120,
+    )
+
+
+def test_the_api_server_reports_the_version_it_was_built_from(api: client.ApiClient) -> None:
+    assert kube.request(api, "GET", "/version")["gitVersion"] == versions.KUBERNETES_VERSION
+
+
+def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: client.ApiClient, testbed: cluster.Testbed) -> None:
+    nodes = kube.items(api, "v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
+    assert len(nodes) == testbed.nodes
+    cliques = {node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes}
+    assert len(cliques) == -(-testbed.nodes // manifests.NODES_PER_CLIQUE)
+    for node in nodes:
+        assert node["status"]["allocatable"][keys.GPU_RESOURCE] == "4"
+        assert not node["spec"].get("taints")
+        assert node["metadata"]["labels"]["kubernetes.io/hostname"] == node["metadata"]["name"]
+        assert kube.is_condition_true(node, "Ready")
+
+
+def test_upstream_lws_creates_statefulsets_and_pods_that_run_on_fake_nodes(api: client.ApiClient, ns: str) -> None:
+    lws = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": {"name": "web"}, "spec": lws_spec(2, 3)}
+    create(api, ns, LWS_API, "leaderworkersets", lws)
+
+    def statefulsets() -> list[str]:
+        return sorted(sts["metadata"]["name"] for sts in kube.items(api, "apps/v1", "statefulsets", namespace=ns))
+
+    testing.wait_for(
+        lambda: statefulsets() == ["web", "web-0", "web-1"],
+        what="the leader StatefulSet and one worker StatefulSet per group",
+        state=statefulsets,
+        timeout=90,
+    )
+    placed = wait_running(api, ns, 6, "6 pods Running on fake nodes")
+    by_name = {pod["metadata"]["name"]: pod for pod in placed}
+    assert sorted(by_name) == ["web-0", "web-0-1", "web-0-2", "web-1", "web-1-1", "web-1-2"]
+    assert by_name["web-1"]["metadata"]["labels"][keys.LWS_GROUP_INDEX_LABEL] == "1"
+    assert by_name["web-1-2"]["metadata"]["annotations"][keys.LWS_LEADER_NAME_ANNOTATION] == "web-1"
 
 
 def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(api: client.ApiClient, ns: str) -> None:
@@ -133,65 +112,58 @@ def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(a
     )
     assert template["metadata"]["labels"][manifests.DRIVER_TARGET_LABEL] == "Workload"
     assert not template["metadata"].get("ownerReferences")
-    core = client.CoreV1Api(api)
     for index in range(2):
-        core.create_namespaced_pod(ns, channel_pod(f"rank-{index}", "cd-a-channel"))
-    placed = testing.wait_for(
-        lambda: (found := running(testing.pods(api, ns))) and len(found) == 2 and found,
-        what="both channel pods placed and Running",
-        state=testing.state_of(lambda: testing.pods(api, ns)),
-        timeout=90,
-    )
-    assert len({pod.spec.node_name for pod in placed}) == 2
-    claims = client.CustomObjectsApi(api).list_namespaced_custom_object("resource.k8s.io", "v1", ns, "resourceclaims")[
-        "items"
-    ]
+        create(api, ns, "v1", "pods", channel_pod(f"rank-{index}", "cd-a-channel"))
+    placed = wait_running(api, ns, 2, "both channel pods placed and Running")
+    assert len({pod["spec"]["nodeName"] for pod in placed}) == 2
+    claims = kube.items(api, DRA_API, "resourceclaims", namespace=ns)
     assert len(claims) == 2
     for claim in claims:
-        allocation = claim["status"]["allocation"]
-        assert allocation["devices"]["results"][0]["device"] == "channel-0"
-        assert allocation["devices"]["results"][0]["driver"] == keys.COMPUTE_DOMAIN_DRIVER
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["device"]) == (keys.COMPUTE_DOMAIN_DRIVER, "channel-0")
 
 
-def test_one_node_cannot_hold_two_channel_claims(api: client.ApiClient, ns: str, testbed: cluster.Testbed) -> None:
+def test_one_node_cannot_hold_two_channel_claims(api: client.ApiClient, ns: str) -> None:
     create_domain(api, ns, "cd-b")
-    testing.wait_for(lambda: claim_template(api, ns, "cd-b-channel"), what="claim template", timeout=30)
-    core = client.CoreV1Api(api)
-    node = "gb200-000"
+    testing.wait_for(lambda: claim_template(api, ns, "cd-b-channel"), what="the claim template", timeout=30)
     for index in range(2):
-        pod = channel_pod(f"pinned-{index}", "cd-b-channel")
-        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-        core.create_namespaced_pod(ns, pod)
+        create(api, ns, "v1", "pods", channel_pod(f"pinned-{index}", "cd-b-channel", node="gb200-007"))
 
     def outcome() -> tuple[int, int]:
-        pods = testing.pods(api, ns)
+        found = testing.pods(api, ns)
         unschedulable = sum(
             1
-            for p in pods
-            for c in p.status.conditions or []
-            if c.type == "PodScheduled" and c.reason == "Unschedulable"
+            for pod in found
+            for condition in pod.get("status", {}).get("conditions", [])
+            if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable"
         )
-        return len(running(pods)), unschedulable
+        return len(testing.running(found)), unschedulable
 
     testing.wait_for(
         lambda: outcome() == (1, 1),
-        what="one pod placed, the other unschedulable",
-        state=testing.state_of(lambda: testing.pods(api, ns)),
+        what="one pod placed on the node and the other unschedulable",
+        state=testing.state_of(lambda: [pod.get("status") for pod in testing.pods(api, ns)]),
         timeout=90,
     )
 
 
-def test_deleting_a_domain_tears_it_down_at_once_and_names_pods_still_using_it(api: client.ApiClient, ns: str) -> None:
+def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_it(
+    api: client.ApiClient, ns: str
+) -> None:
     create_domain(api, ns, "cd-c")
-    testing.wait_for(lambda: claim_template(api, ns, "cd-c-channel"), what="claim template", timeout=30)
-    custom = client.CustomObjectsApi(api)
-    # A finalizer of someone else's must not delay the driver's teardown.
-    custom.patch_namespaced_custom_object(
-        *CD_GROUP[:2], ns, CD_GROUP[2], "cd-c", {"metadata": {"finalizers": ["example.com/keep"]}}
+    testing.wait_for(lambda: claim_template(api, ns, "cd-c-channel"), what="the claim template", timeout=30)
+    domain_path = kube.path_of(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name="cd-c")
+    # Someone else's finalizer must not delay the driver's teardown.
+    kube.request(
+        api,
+        "PATCH",
+        domain_path,
+        body=[{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/keep"}],
+        content_type=kube.JSON_PATCH,
     )
-    client.CoreV1Api(api).create_namespaced_pod(ns, channel_pod("user", "cd-c-channel"))
-    testing.wait_for(lambda: len(running(testing.pods(api, ns))) == 1, what="the user pod Running", timeout=90)
-    custom.delete_namespaced_custom_object(*CD_GROUP[:2], ns, CD_GROUP[2], "cd-c")
+    create(api, ns, "v1", "pods", channel_pod("user", "cd-c-channel"))
+    wait_running(api, ns, 1, "the user pod Running")
+    kube.request(api, "DELETE", domain_path)
     testing.wait_for(
         lambda: claim_template(api, ns, "cd-c-channel") is None, what="the claim template deleted", timeout=30
     )
@@ -203,47 +175,35 @@ def test_deleting_a_domain_tears_it_down_at_once_and_names_pods_still_using_it(a
             "message": "IMEX teardown of ComputeDomain cd-c while referenced by non-terminal pods: user",
         }
     ]
-    domain = custom.get_namespaced_custom_object(*CD_GROUP[:2], ns, CD_GROUP[2], "cd-c")
-    assert domain["metadata"]["finalizers"] == ["example.com/keep"]
-    custom.patch_namespaced_custom_object(*CD_GROUP[:2], ns, CD_GROUP[2], "cd-c", {"metadata": {"finalizers": None}})
+    remaining = testing.wait_for(
+        lambda: (
+            (domain := kube.get(api, CD_API, keys.COMPUTE_DOMAIN_PLURAL, "cd-c", namespace=ns))
+            and domain["metadata"]["finalizers"] == ["example.com/keep"]
+            and domain
+        ),
+        what="only the foreign finalizer left",
+        timeout=30,
+    )
+    assert remaining["metadata"]["deletionTimestamp"]
+    kube.request(api, "PATCH", domain_path, body={"metadata": {"finalizers": None}}, content_type=kube.MERGE_PATCH)
 
 
 def test_a_disaggregatedset_gets_child_leaderworkersets_and_pods_from_upstream(api: client.ApiClient, ns: str) -> None:
-    custom = client.CustomObjectsApi(api)
-    roles = [
-        {"name": "prefill", "spec": lws_spec(1, 2)},
-        {"name": "decode", "spec": lws_spec(1, 1)},
-    ]
-    custom.create_namespaced_custom_object(
-        *DS_GROUP[:2],
-        ns,
-        DS_GROUP[2],
-        {
-            "apiVersion": "disaggregatedset.x-k8s.io/v1",
-            "kind": "DisaggregatedSet",
-            "metadata": {"name": "llm"},
-            "spec": {"roles": roles},
-        },
-    )
+    roles = [{"name": "prefill", "spec": lws_spec(1, 2)}, {"name": "decode", "spec": lws_spec(1, 1)}]
+    ds = {"apiVersion": DS_API, "kind": "DisaggregatedSet", "metadata": {"name": "llm"}, "spec": {"roles": roles}}
+    create(api, ns, DS_API, "disaggregatedsets", ds)
 
-    def children() -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = custom.list_namespaced_custom_object(*LWS_GROUP[:2], ns, LWS_GROUP[2])["items"]
-        return items
+    def children() -> list[kube.Object]:
+        return kube.items(api, LWS_API, "leaderworkersets", namespace=ns)
 
     found = testing.wait_for(
-        lambda: (items := children()) and len(items) == 2 and items,
+        lambda: items if len(items := children()) == 2 else None,
         what="two child LeaderWorkerSets",
         state=testing.state_of(children),
         timeout=90,
     )
-    by_role = {item["metadata"]["labels"][keys.DS_ROLE_LABEL]: item for item in found}
-    assert set(by_role) == {"prefill", "decode"}
+    assert {item["metadata"]["labels"][keys.DS_ROLE_LABEL] for item in found} == {"prefill", "decode"}
     for item in found:
         owner = item["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["controller"]) == ("DisaggregatedSet", "llm", True)
-    testing.wait_for(
-        lambda: len(running(testing.pods(api, ns))) == 3,
-        what="3 pods Running (prefill 1x2, decode 1x1)",
-        state=testing.state_of(lambda: testing.pods(api, ns)),
-        timeout=120,
-    )
+    wait_running(api, ns, 3, "3 pods Running (prefill 1 group of 2, decode 1 group of 1)")

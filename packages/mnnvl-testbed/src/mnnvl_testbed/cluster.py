@@ -312,6 +312,7 @@ def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, p
         [
             str(binaries["kwok"]),
             f"--kubeconfig={kubeconfig}",
+            f"--config={_kwok_stages(testbed)}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={manifests.KWOK_NODE_ANNOTATION}=fake",
             "--cidr=10.244.0.0/16",
@@ -321,6 +322,19 @@ def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, p
     )
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
         supervisor.ensure_alive(name)
+
+
+def _kwok_stages(testbed: Testbed) -> pathlib.Path:
+    """kwok's "fast" stages from its module: nodes become Ready, bound pods run, deleted pods go."""
+    stages = building.module_dir("sigs.k8s.io/kwok", versions.KWOK_VERSION) / "kustomize" / "stage"
+    files = [
+        stages / "node" / "fast" / "node-initialize.yaml",
+        stages / "node" / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml",
+        *(stages / "pod" / "fast" / f"pod-{stage}.yaml" for stage in ("ready", "complete", "delete")),
+    ]
+    config = testbed.state_dir / "kwok-stages.yaml"
+    config.write_text("\n---\n".join(path.read_text() for path in files))
+    return config
 
 
 def _create_nodes(api: client.ApiClient, count: int) -> None:

@@ -45,6 +45,11 @@ def api() -> client.ApiClient:
     return _api
 
 
+@kopf.on.login(registry=registry)
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup(registry=registry)
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False
@@ -55,7 +60,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 150
 
 
-@kopf.index("pods", id="claim-template-users", registry=registry)
+@kopf.index("pods", id="claim_template_users", registry=registry)
 def claim_template_users(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], str]:
     """(namespace, template) → names of the non-terminal pods referencing it."""
     return {(namespace or "", template): name for template in references.live_claim_templates(body)}
