@@ -3,8 +3,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
+from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, testing
 
 
@@ -15,12 +15,12 @@ def testbed() -> cluster.Testbed:
 
 
 @pytest.fixture(scope="session")
-def api(testbed: cluster.Testbed) -> client.ApiClient:
+def api(testbed: cluster.Testbed) -> kube.Kube:
     return testbed.api()
 
 
 @pytest.fixture
-def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+def ns(api: kube.Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of its own for each test."""
     prefix = request.node.name.replace("_", "-").lower().removeprefix("test-")
     with testing.namespace(api, prefix) as name:

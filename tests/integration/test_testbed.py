@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client
-
 from mnnvl_api import keys
-from mnnvl_testbed import cluster, kube, manifests, testing, versions
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, manifests, testing, versions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 DS_API = "disaggregatedset.x-k8s.io/v1"
@@ -30,11 +29,11 @@ def lws_spec(replicas: int, size: int) -> dict[str, Any]:
     }
 
 
-def create(api: client.ApiClient, ns: str, api_version: str, plural: str, body: dict[str, Any]) -> kube.Object:
-    return kube.request(api, "POST", kube.path_of(api_version, plural, namespace=ns), body=body)
+def create(api: kube.Kube, ns: str, api_version: str, plural: str, body: dict[str, Any]) -> kube.Object:
+    return api.request("POST", kube.path_of(api_version, plural, namespace=ns), body=body)
 
 
-def create_domain(api: client.ApiClient, ns: str, name: str) -> None:
+def create_domain(api: kube.Kube, ns: str, name: str) -> None:
     body = {
         "apiVersion": CD_API,
         "kind": "ComputeDomain",
@@ -44,8 +43,8 @@ def create_domain(api: client.ApiClient, ns: str, name: str) -> None:
     create(api, ns, CD_API, keys.COMPUTE_DOMAIN_PLURAL, body)
 
 
-def claim_template(api: client.ApiClient, ns: str, name: str) -> kube.Object | None:
-    return kube.get(api, DRA_API, "resourceclaimtemplates", name, namespace=ns)
+def claim_template(api: kube.Kube, ns: str, name: str) -> kube.Object | None:
+    return api.get(DRA_API, "resourceclaimtemplates", name, namespace=ns)
 
 
 def channel_pod(name: str, template: str, node: str | None = None) -> dict[str, Any]:
@@ -60,7 +59,7 @@ def channel_pod(name: str, template: str, node: str | None = None) -> dict[str, 
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def wait_running(api: client.ApiClient, ns: str, count: int, what: str) -> list[kube.Object]:
+def wait_running(api: kube.Kube, ns: str, count: int, what: str) -> list[kube.Object]:
     return testing.wait_for(
         lambda: found if len(found := testing.running(testing.pods(api, ns))) == count else None,
         what=what,
@@ -69,12 +68,12 @@ def wait_running(api: client.ApiClient, ns: str, count: int, what: str) -> list[
     )
 
 
-def test_the_api_server_reports_the_version_it_was_built_from(api: client.ApiClient) -> None:
-    assert kube.request(api, "GET", "/version")["gitVersion"] == versions.KUBERNETES_VERSION
+def test_the_api_server_reports_the_version_it_was_built_from(api: kube.Kube) -> None:
+    assert api.request("GET", "/version")["gitVersion"] == versions.KUBERNETES_VERSION
 
 
-def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: client.ApiClient, testbed: cluster.Testbed) -> None:
-    nodes = kube.items(api, "v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
+def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: kube.Kube, testbed: cluster.Testbed) -> None:
+    nodes = api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
     assert len(nodes) == testbed.nodes
     cliques = {node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes}
     assert len(cliques) == -(-testbed.nodes // manifests.NODES_PER_CLIQUE)
@@ -85,12 +84,12 @@ def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: client.ApiClien
         assert kube.is_condition_true(node, "Ready")
 
 
-def test_upstream_lws_creates_statefulsets_and_pods_that_run_on_fake_nodes(api: client.ApiClient, ns: str) -> None:
+def test_upstream_lws_creates_statefulsets_and_pods_that_run_on_fake_nodes(api: kube.Kube, ns: str) -> None:
     lws = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": {"name": "web"}, "spec": lws_spec(2, 3)}
     create(api, ns, LWS_API, "leaderworkersets", lws)
 
     def statefulsets() -> list[str]:
-        return sorted(sts["metadata"]["name"] for sts in kube.items(api, "apps/v1", "statefulsets", namespace=ns))
+        return sorted(sts["metadata"]["name"] for sts in api.list_objects("apps/v1", "statefulsets", namespace=ns))
 
     testing.wait_for(
         lambda: statefulsets() == ["web", "web-0", "web-1"],
@@ -105,7 +104,7 @@ def test_upstream_lws_creates_statefulsets_and_pods_that_run_on_fake_nodes(api: 
     assert by_name["web-1-2"]["metadata"]["annotations"][keys.LWS_LEADER_NAME_ANNOTATION] == "web-1"
 
 
-def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(api: client.ApiClient, ns: str) -> None:
+def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(api: kube.Kube, ns: str) -> None:
     create_domain(api, ns, "cd-a")
     template = testing.wait_for(
         lambda: claim_template(api, ns, "cd-a-channel"), what="the simulator to create the claim template", timeout=30
@@ -116,14 +115,14 @@ def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(a
         create(api, ns, "v1", "pods", channel_pod(f"rank-{index}", "cd-a-channel"))
     placed = wait_running(api, ns, 2, "both channel pods placed and Running")
     assert len({pod["spec"]["nodeName"] for pod in placed}) == 2
-    claims = kube.items(api, DRA_API, "resourceclaims", namespace=ns)
+    claims = api.list_objects(DRA_API, "resourceclaims", namespace=ns)
     assert len(claims) == 2
     for claim in claims:
         [result] = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["device"]) == (keys.COMPUTE_DOMAIN_DRIVER, "channel-0")
 
 
-def test_one_node_cannot_hold_two_channel_claims(api: client.ApiClient, ns: str) -> None:
+def test_one_node_cannot_hold_two_channel_claims(api: kube.Kube, ns: str) -> None:
     create_domain(api, ns, "cd-b")
     testing.wait_for(lambda: claim_template(api, ns, "cd-b-channel"), what="the claim template", timeout=30)
     for index in range(2):
@@ -147,15 +146,12 @@ def test_one_node_cannot_hold_two_channel_claims(api: client.ApiClient, ns: str)
     )
 
 
-def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_it(
-    api: client.ApiClient, ns: str
-) -> None:
+def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_it(api: kube.Kube, ns: str) -> None:
     create_domain(api, ns, "cd-c")
     testing.wait_for(lambda: claim_template(api, ns, "cd-c-channel"), what="the claim template", timeout=30)
     domain_path = kube.path_of(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name="cd-c")
     # Someone else's finalizer must not delay the driver's teardown.
-    kube.request(
-        api,
+    api.request(
         "PATCH",
         domain_path,
         body=[{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/keep"}],
@@ -163,7 +159,7 @@ def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_
     )
     create(api, ns, "v1", "pods", channel_pod("user", "cd-c-channel"))
     wait_running(api, ns, 1, "the user pod Running")
-    kube.request(api, "DELETE", domain_path)
+    api.request("DELETE", domain_path)
     testing.wait_for(
         lambda: claim_template(api, ns, "cd-c-channel") is None, what="the claim template deleted", timeout=30
     )
@@ -177,7 +173,7 @@ def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_
     ]
     remaining = testing.wait_for(
         lambda: (
-            (domain := kube.get(api, CD_API, keys.COMPUTE_DOMAIN_PLURAL, "cd-c", namespace=ns))
+            (domain := api.get(CD_API, keys.COMPUTE_DOMAIN_PLURAL, "cd-c", namespace=ns))
             and domain["metadata"]["finalizers"] == ["example.com/keep"]
             and domain
         ),
@@ -185,16 +181,16 @@ def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_
         timeout=30,
     )
     assert remaining["metadata"]["deletionTimestamp"]
-    kube.request(api, "PATCH", domain_path, body={"metadata": {"finalizers": None}}, content_type=kube.MERGE_PATCH)
+    api.request("PATCH", domain_path, body={"metadata": {"finalizers": None}}, content_type=kube.MERGE_PATCH)
 
 
-def test_a_disaggregatedset_gets_child_leaderworkersets_and_pods_from_upstream(api: client.ApiClient, ns: str) -> None:
+def test_a_disaggregatedset_gets_child_leaderworkersets_and_pods_from_upstream(api: kube.Kube, ns: str) -> None:
     roles = [{"name": "prefill", "spec": lws_spec(1, 2)}, {"name": "decode", "spec": lws_spec(1, 1)}]
     ds = {"apiVersion": DS_API, "kind": "DisaggregatedSet", "metadata": {"name": "llm"}, "spec": {"roles": roles}}
     create(api, ns, DS_API, "disaggregatedsets", ds)
 
     def children() -> list[kube.Object]:
-        return kube.items(api, LWS_API, "leaderworkersets", namespace=ns)
+        return api.list_objects(LWS_API, "leaderworkersets", namespace=ns)
 
     found = testing.wait_for(
         lambda: items if len(items := children()) == 2 else None,

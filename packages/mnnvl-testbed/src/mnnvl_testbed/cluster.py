@@ -22,13 +22,14 @@ import urllib.request
 from typing import Any
 
 import yaml
-from kubernetes import client
 
 from mnnvl_api import keys
+from mnnvl_runtime import certs, kube
 
-from . import building, kube, manifests, pki, processes, versions, waiting
+from . import building, manifests, processes, versions, waiting
 
 DEFAULT_NODES = 8
+FIELD_MANAGER = "mnnvl-testbed"
 SERVICE_CIDR = "10.96.0.0/16"
 # The order components are stopped in is the reverse of this.
 COMPONENTS = (
@@ -83,8 +84,9 @@ class Testbed:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
 
-    def api(self) -> client.ApiClient:
-        return kube.api_client(self.kubeconfig)
+    def api(self) -> kube.Kube:
+        """A client with cluster-admin rights, writing as the `mnnvl-testbed` field manager."""
+        return kube.Kube(kube.load_api_client(self.kubeconfig), field_manager=FIELD_MANAGER)
 
 
 def status(state_dir: pathlib.Path) -> dict[str, Any]:
@@ -133,8 +135,8 @@ def up(
     supervisor = processes.Supervisor(state_dir)
     for stale in ("etcd-data", "logs"):
         shutil.rmtree(state_dir / stale, ignore_errors=True)
-    certs = state_dir / "pki"
-    ca = pki.ensure_ca(certs)
+    pki_dir = state_dir / "pki"
+    ca = certs.ensure_ca(pki_dir)
     testbed = Testbed(
         state_dir=state_dir,
         kubeconfig=state_dir / "admin.kubeconfig",
@@ -144,9 +146,9 @@ def up(
         },
         nodes=nodes,
     )
-    admin = pki.issue(
+    admin = certs.issue(
         ca,
-        pki.KeyPair(certs / "admin.crt", certs / "admin.key"),
+        certs.KeyPair(pki_dir / "admin.crt", pki_dir / "admin.key"),
         common_name="admin",
         organizations=("system:masters",),
         client=True,
@@ -154,13 +156,13 @@ def up(
     _write_kubeconfig(testbed, admin)
 
     _start_etcd(supervisor, binaries["etcd"], testbed)
-    _start_apiserver(supervisor, binaries["kube-apiserver"], testbed, ca, certs)
+    _start_apiserver(supervisor, binaries["kube-apiserver"], testbed, ca, pki_dir)
     api = testbed.api()
     _install_apis(api, legacy_computedomain_crd=legacy_computedomain_crd)
     _start_control_loops(supervisor, binaries, testbed)
     _create_nodes(api, nodes)
     _start_simulator(supervisor, testbed)
-    _start_lws(supervisor, binaries["lws-manager"], testbed, ca, certs)
+    _start_lws(supervisor, binaries["lws-manager"], testbed, ca, pki_dir)
     _wait_nodes_ready(supervisor, api, nodes)
     testbed.save()
     took = f"{time.monotonic() - started:.0f}s (builds {built - started:.0f}s)"
@@ -173,7 +175,7 @@ def _say(echo: bool, message: str) -> None:
         print(message, flush=True)
 
 
-def _write_kubeconfig(testbed: Testbed, admin: pki.KeyPair) -> None:
+def _write_kubeconfig(testbed: Testbed, admin: certs.KeyPair) -> None:
     def encoded(path: pathlib.Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
 
@@ -220,15 +222,15 @@ def _start_etcd(supervisor: processes.Supervisor, binary: pathlib.Path, testbed:
 
 
 def _start_apiserver(
-    supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: pki.KeyPair, certs: pathlib.Path
+    supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: certs.KeyPair, pki_dir: pathlib.Path
 ) -> None:
-    serving = pki.issue(
+    serving = certs.issue(
         ca,
-        pki.KeyPair(certs / "apiserver.crt", certs / "apiserver.key"),
+        certs.KeyPair(pki_dir / "apiserver.crt", pki_dir / "apiserver.key"),
         common_name="kube-apiserver",
         hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"),
     )
-    service_accounts = pki.ensure_service_account_keys(certs)
+    service_accounts = certs.ensure_service_account_keys(pki_dir)
     supervisor.start(
         "kube-apiserver",
         [
@@ -256,30 +258,30 @@ def _start_apiserver(
         ],
     )
     context = ssl.create_default_context(cafile=str(ca.cert))
-    context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+    context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
     _wait_http(supervisor, "kube-apiserver", f"{testbed.server}/readyz", context=context, timeout=120)
 
 
-def _install_apis(api: client.ApiClient, *, legacy_computedomain_crd: bool) -> None:
+def _install_apis(api: kube.Kube, *, legacy_computedomain_crd: bool) -> None:
     lws_crds = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "crd" / "bases"
     crds = [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))]
     crds.append(manifests.computedomain_crd(num_nodes_required=legacy_computedomain_crd))
     for crd in crds:
-        kube.apply(api, crd, "customresourcedefinitions")
+        api.apply(crd, "customresourcedefinitions")
     for crd in crds:
         crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
 
         def established(path: str = crd_path) -> bool:
-            return kube.is_condition_true(kube.request(api, "GET", path), "Established")
+            return kube.is_condition_true(api.request("GET", path), "Established")
 
         waiting.wait_for(established, what=f"{crd_path} to be established", timeout=60)
-    kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}}, "namespaces")
-    kube.apply(api, manifests.channel_device_class(), "deviceclasses")
+    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}}, "namespaces")
+    api.apply(manifests.channel_device_class(), "deviceclasses")
 
 
 def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, pathlib.Path], testbed: Testbed) -> None:
     kubeconfig = str(testbed.kubeconfig)
-    certs = testbed.state_dir / "pki"
+    pki_dir = testbed.state_dir / "pki"
     supervisor.start(
         "kube-controller-manager",
         [
@@ -288,7 +290,7 @@ def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, p
             "--leader-elect=false",
             "--secure-port=0",
             "--controllers=*,resourceclaim-controller",
-            f"--service-account-private-key-file={certs / 'sa.key'}",
+            f"--service-account-private-key-file={pki_dir / 'sa.key'}",
             f"--root-ca-file={testbed.ca_cert}",
             "--kube-api-qps=200",
             "--kube-api-burst=400",
@@ -337,17 +339,17 @@ def _kwok_stages(testbed: Testbed) -> pathlib.Path:
     return config
 
 
-def _create_nodes(api: client.ApiClient, count: int) -> None:
+def _create_nodes(api: kube.Kube, count: int) -> None:
     wanted = {manifests.fake_node(index)["metadata"]["name"] for index in range(count)}
-    for node in kube.items(api, "v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true"):
+    for node in api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true"):
         if node["metadata"]["name"] not in wanted:
-            kube.request(api, "DELETE", kube.path_of("v1", "nodes", name=node["metadata"]["name"]))
+            api.request("DELETE", kube.path_of("v1", "nodes", name=node["metadata"]["name"]))
     for index in range(count):
         node = manifests.fake_node(index)
-        kube.apply(api, {key: value for key, value in node.items() if key != "status"}, "nodes")
+        api.apply({key: value for key, value in node.items() if key != "status"}, "nodes")
         # Capacity lives in status, which only the status subresource accepts.
         status_path = kube.path_of("v1", "nodes", name=node["metadata"]["name"]) + "/status"
-        kube.request(api, "PATCH", status_path, body={"status": node["status"]}, content_type=kube.MERGE_PATCH)
+        api.request("PATCH", status_path, body={"status": node["status"]}, content_type=kube.MERGE_PATCH)
 
 
 def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None:
@@ -359,13 +361,13 @@ def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None
 
 
 def _start_lws(
-    supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: pki.KeyPair, certs: pathlib.Path
+    supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: certs.KeyPair, pki_dir: pathlib.Path
 ) -> None:
     lws_dir = testbed.state_dir / "lws"
     cert_dir = lws_dir / "certs"
-    pki.issue(
+    certs.issue(
         ca,
-        pki.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key"),
+        certs.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key"),
         common_name="lws-webhook",
         hosts=("127.0.0.1", "localhost"),
     )
@@ -395,16 +397,16 @@ def _start_lws(
     for configuration in manifests.local_lws_webhooks(
         upstream, base_url=f"https://127.0.0.1:{testbed.ports['lws-webhook']}", ca_bundle=ca.cert.read_bytes()
     ):
-        kube.apply(api, configuration, configuration["kind"].lower() + "s")
+        api.apply(configuration, configuration["kind"].lower() + "s")
 
 
-def _wait_nodes_ready(supervisor: processes.Supervisor, api: client.ApiClient, count: int) -> None:
+def _wait_nodes_ready(supervisor: processes.Supervisor, api: kube.Kube, count: int) -> None:
     def ready_nodes() -> bool:
-        nodes = kube.items(api, "v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
+        nodes = api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
         return sum(1 for node in nodes if kube.is_condition_true(node, "Ready")) >= count
 
     def published_slices() -> bool:
-        slices = kube.items(api, "resource.k8s.io/v1", "resourceslices")
+        slices = api.list_objects("resource.k8s.io/v1", "resourceslices")
         return sum(1 for item in slices if item["spec"]["driver"] == keys.COMPUTE_DOMAIN_DRIVER) >= count
 
     for name, what, condition in (
@@ -436,8 +438,8 @@ def _wait_http(
 
 def _apiserver_ready(testbed: Testbed) -> bool:
     context = ssl.create_default_context(cafile=str(testbed.ca_cert))
-    certs = testbed.state_dir / "pki"
-    context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+    pki_dir = testbed.state_dir / "pki"
+    context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
     try:
         with urllib.request.urlopen(f"{testbed.server}/readyz", timeout=2, context=context) as response:
             ready: bool = response.status == 200

@@ -20,13 +20,12 @@ import pathlib
 from typing import Any
 
 import kopf
-from kubernetes import client
-from kubernetes.client import exceptions
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import references
+from mnnvl_runtime import kube
 
-from . import kube, manifests
+from . import manifests
 
 COMPONENT = "mnnvl-testbed-dra-simulator"
 TEARDOWN_REASON = "ComputeDomainTeardown"
@@ -35,13 +34,13 @@ REFERENCING_PODS_ANNOTATION = "mnnvl-testbed/referencing-pods"
 CD_API_VERSION = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
 
 registry = kopf.OperatorRegistry()
-_api: client.ApiClient | None = None
+_api: kube.Kube | None = None
 
 
-def api() -> client.ApiClient:
+def api() -> kube.Kube:
     global _api  # noqa: PLW0603 - one client per process, created once kopf has started
     if _api is None:
-        _api = kube.api_client(pathlib.Path(os.environ["KUBECONFIG"]))
+        _api = kube.Kube(kube.load_api_client(pathlib.Path(os.environ["KUBECONFIG"])), field_manager=COMPONENT)
     return _api
 
 
@@ -110,8 +109,7 @@ def _bring_up(domain: dict[str, Any]) -> None:
         kube.path_of("resource.k8s.io/v1", "resourceclaimtemplates", namespace=meta["namespace"]), template
     )
     if (domain.get("status") or {}).get("status") != "Ready":
-        kube.request(
-            api(),
+        api().request(
             "PATCH",
             _domain_path(meta) + "/status",
             body={"status": {"status": "Ready", "nodes": []}},
@@ -123,12 +121,11 @@ def _tear_down(domain: dict[str, Any], users: list[str]) -> None:
     meta = domain["metadata"]
     template = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
     try:
-        kube.request(
-            api(),
+        api().request(
             "DELETE",
             kube.path_of("resource.k8s.io/v1", "resourceclaimtemplates", namespace=meta["namespace"], name=template),
         )
-    except exceptions.ApiException as error:
+    except kube.ApiError as error:
         if error.status != 404:
             raise
     _record_teardown(domain, users)
@@ -146,8 +143,8 @@ def _tear_down(domain: dict[str, Any], users: list[str]) -> None:
 def _patch_or_skip(path: str, patch: list[dict[str, Any]]) -> bool:
     """Apply a JSON patch guarded by `test`; False when the object moved on or is gone (a later event retries)."""
     try:
-        kube.request(api(), "PATCH", path, body=patch, content_type=kube.JSON_PATCH)
-    except exceptions.ApiException as error:
+        api().request("PATCH", path, body=patch, content_type=kube.JSON_PATCH)
+    except kube.ApiError as error:
         if error.status in (404, 409, 422):
             return False
         raise
@@ -156,8 +153,8 @@ def _patch_or_skip(path: str, patch: list[dict[str, Any]]) -> bool:
 
 def _create_if_absent(collection: str, manifest: dict[str, Any]) -> None:
     try:
-        kube.request(api(), "POST", collection, body=manifest)
-    except exceptions.ApiException as error:
+        api().request("POST", collection, body=manifest)
+    except kube.ApiError as error:
         if error.status != 409:
             raise
 
@@ -189,7 +186,7 @@ def _record_teardown(domain: dict[str, Any], users: list[str]) -> None:
         "lastTimestamp": now,
         "count": 1,
     }
-    kube.request(api(), "POST", kube.path_of("v1", "events", namespace=meta["namespace"]), body=event)
+    api().request("POST", kube.path_of("v1", "events", namespace=meta["namespace"]), body=event)
 
 
 def main() -> None:

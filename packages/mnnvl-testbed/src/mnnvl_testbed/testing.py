@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
-from kubernetes import client
-from kubernetes.client import exceptions
 
-from . import cluster, kube, simulator, waiting
+from mnnvl_runtime import kube
+
+from . import cluster, simulator, waiting
 
 wait_for = waiting.wait_for
 
@@ -27,12 +27,11 @@ def start_or_reuse() -> cluster.Testbed:
 
 
 @contextlib.contextmanager
-def namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
+def namespace(api: kube.Kube, prefix: str) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards (without waiting for it to drain)."""
     stem = re.sub(r"[^a-z0-9-]+", "-", prefix.lower())[:40].strip("-") or "test"
     name = f"{stem}-{uuid.uuid4().hex[:6]}"
-    kube.request(
-        api,
+    api.request(
         "POST",
         "/api/v1/namespaces",
         body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"mnnvl-test": "true"}}},
@@ -40,8 +39,8 @@ def namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        with contextlib.suppress(exceptions.ApiException):
-            kube.request(api, "DELETE", f"/api/v1/namespaces/{name}")
+        with contextlib.suppress(kube.ApiError):
+            api.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
 def dump(objects: Any) -> str:
@@ -57,9 +56,9 @@ def dump(objects: Any) -> str:
     return yaml.safe_dump(clean(objects), sort_keys=False, width=160)
 
 
-def pods(api: client.ApiClient, ns: str, selector: str = "") -> list[kube.Object]:
+def pods(api: kube.Kube, ns: str, selector: str = "") -> list[kube.Object]:
     query = {"labelSelector": selector} if selector else {}
-    return kube.items(api, "v1", "pods", namespace=ns, **query)
+    return api.list_objects("v1", "pods", namespace=ns, **query)
 
 
 def running(found: list[kube.Object]) -> list[kube.Object]:
@@ -72,9 +71,9 @@ def placement(found: list[kube.Object]) -> list[tuple[str, str | None, str | Non
     return [(p["metadata"]["name"], p.get("status", {}).get("phase"), p["spec"].get("nodeName")) for p in found]
 
 
-def teardowns(api: client.ApiClient, ns: str) -> list[dict[str, Any]]:
+def teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
     """Every ComputeDomain teardown the DRA simulator recorded in `ns`, with the pods that still used it."""
-    events = kube.items(api, "v1", "events", namespace=ns, fieldSelector=f"reason={simulator.TEARDOWN_REASON}")
+    events = api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={simulator.TEARDOWN_REASON}")
     return [
         {
             "domain": event["involvedObject"]["name"],
@@ -98,7 +97,7 @@ def state_of(read: Callable[[], Any]) -> Callable[[], str]:
     def render() -> str:
         try:
             return dump(read())
-        except exceptions.ApiException as error:
+        except kube.ApiError as error:
             return f"(could not read: {error.status} {error.reason}: {error.body})"
 
     return render

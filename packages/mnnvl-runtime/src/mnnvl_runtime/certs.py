@@ -1,4 +1,8 @@
-"""Certificates for the local control plane: one CA signs the API server, the admin client and webhooks."""
+"""Certificates made with `cryptography`: a CA and the leaves it signs.
+
+Controllers use them for development webhook serving certificates (in production cert-manager or the chart
+provides the files); the testbed uses them for its API server, admin client and webhooks.
+"""
 
 from __future__ import annotations
 
@@ -124,3 +128,15 @@ def _write(pair: KeyPair, cert: x509.Certificate, key: ec.EllipticCurvePrivateKe
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     pair.key.chmod(0o600)
+
+
+def ensure_webhook_certificate(directory: pathlib.Path, hosts: tuple[str, ...]) -> KeyPair:
+    """A development serving certificate `tls.crt`/`tls.key` for `hosts`, signed by a CA in the same folder.
+
+    Kept as is when both files exist, so a certificate mounted by cert-manager is never replaced.
+    """
+    pair = KeyPair(directory / "tls.crt", directory / "tls.key")
+    if pair.cert.exists() and pair.key.exists():
+        return pair
+    ca = ensure_ca(directory)
+    return issue(ca, pair, common_name=hosts[0], hosts=hosts)

@@ -1,0 +1,3 @@
+"""The shared kit of the mnnvl controller processes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,224 @@
+"""The Kubernetes client adapter: JSON in and out over the official client's connection.
+
+Objects stay plain dicts, exactly as the API server sends them, because the decision functions read them
+that way. Every call is retried with bounded back-off on throttling (429), server errors (5xx) and broken
+connections; conflicts are left to `modify`, which re-reads and recomputes. Writes to shared objects use
+server-side apply under the controller's own field manager. The `a*` methods run the blocking client in a
+worker thread, so an asyncio event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pathlib
+import urllib.parse
+from collections.abc import Callable
+from typing import Any, Final
+
+import tenacity
+import urllib3
+from kubernetes import client, config
+from kubernetes.client import exceptions
+
+JSON: Final = "application/json"
+MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+RETRIED_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+
+Object = dict[str, Any]
+JsonPatch = list[dict[str, Any]]
+ApiError = exceptions.ApiException
+
+log = logging.getLogger(__name__)
+
+
+def status_of(error: BaseException) -> int | None:
+    return error.status if isinstance(error, exceptions.ApiException) else None
+
+
+def _transient(error: BaseException) -> bool:
+    return status_of(error) in RETRIED_STATUSES or isinstance(error, urllib3.exceptions.HTTPError | ConnectionError)
+
+
+def path_of(api_version: str, plural: str, *, namespace: str | None = None, name: str | None = None) -> str:
+    """The REST path of a collection or an object: `/api/v1/...` for core, `/apis/<group>/<version>/...` else."""
+    root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    scoped = f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
+    return f"{scoped}/{name}" if name else scoped
+
+
+def load_api_client(kubeconfig: pathlib.Path | None = None) -> client.ApiClient:
+    """From a kubeconfig file when given (or $KUBECONFIG), else the in-cluster service account."""
+    configuration = client.Configuration()
+    if kubeconfig is not None:
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration)
+
+
+class Kube:
+    """One controller's view of the API: its connection, its field manager, its retry bounds."""
+
+    def __init__(
+        self, api: client.ApiClient, *, field_manager: str, attempts: int = 6, max_backoff: float = 8.0
+    ) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self._retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_transient),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.2, max=max_backoff),
+            stop=tenacity.stop_after_attempt(attempts),
+            reraise=True,
+            before_sleep=lambda state: log.warning(
+                "retrying api call",
+                extra={
+                    "attempt": state.attempt_number,
+                    "error": str(state.outcome.exception()) if state.outcome else "",
+                },
+            ),
+        )
+
+    # --- blocking calls -------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: object = None,
+        content_type: str = JSON,
+        timeout: float = 30.0,
+    ) -> Object:
+        """One API call, retried while transient; the decoded JSON, or ApiError for any status >= 400."""
+        result: Object = self._retrying(
+            self._once, method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
+        return result
+
+    def _once(
+        self, method: str, path: str, *, query: dict[str, str] | None, body: object, content_type: str, timeout: float
+    ) -> Object:
+        url_query = f"?{urllib.parse.urlencode(query)}" if query else ""
+        _, url, headers, payload, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path + url_query,
+            header_params={"Accept": JSON, "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        if response.status >= 400:
+            raise ApiError(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
+        decoded: Object = json.loads(data) if data else {}
+        return decoded
+
+    def get(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        try:
+            return self.request("GET", path_of(api_version, plural, namespace=namespace, name=name))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_objects(
+        self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
+    ) -> list[Object]:
+        path = path_of(api_version, plural, namespace=namespace)
+        listed: list[Object] = self.request("GET", path, query=query or None)["items"]
+        return listed
+
+    def create(self, manifest: Object, plural: str) -> Object:
+        namespace = manifest["metadata"].get("namespace")
+        return self.request("POST", path_of(manifest["apiVersion"], plural, namespace=namespace), body=manifest)
+
+    def apply(self, manifest: Object, plural: str, *, force: bool = True) -> Object:
+        """Server-side apply under this controller's field manager."""
+        meta = manifest["metadata"]
+        path = path_of(manifest["apiVersion"], plural, namespace=meta.get("namespace"), name=meta["name"])
+        query = {"fieldManager": self.field_manager, "force": "true" if force else "false"}
+        return self.request("PATCH", path, query=query, body=manifest, content_type=APPLY_PATCH)
+
+    def patch(self, path: str, patch: object, *, content_type: str = MERGE_PATCH) -> Object:
+        return self.request(
+            "PATCH", path, query={"fieldManager": self.field_manager}, body=patch, content_type=content_type
+        )
+
+    def delete(self, path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool:
+        """Delete with optional preconditions; False when the object was already gone."""
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions} if preconditions else None
+        try:
+            self.request("DELETE", path, body=body)
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def modify(self, path: str, change: Callable[[Object], JsonPatch | None], *, attempts: int = 5) -> Object | None:
+        """Read, compute a JSON patch from what was read, apply; on a conflict, read again and recompute.
+
+        `change` returns None when nothing needs doing. The patch should carry `test` operations for what it
+        relied on, so a concurrent writer turns into a conflict instead of a lost update. Returns None when
+        the object is gone or unchanged.
+        """
+        for _ in range(attempts):
+            try:
+                current = self.request("GET", path)
+            except ApiError as error:
+                if error.status == 404:
+                    return None
+                raise
+            operations = change(current)
+            if not operations:
+                return None
+            try:
+                return self.patch(path, operations, content_type=JSON_PATCH)
+            except ApiError as error:
+                if error.status == 404:
+                    return None
+                if error.status not in (409, 422):
+                    raise
+        raise RuntimeError(f"{path}: still conflicting after {attempts} attempts")
+
+    # --- the same, off the event loop -----------------------------------------------------------------
+
+    async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
+        return await asyncio.to_thread(self.request, method, path, **kwargs)
+
+    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        return await asyncio.to_thread(self.get, api_version, plural, name, namespace=namespace)
+
+    async def alist_objects(
+        self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
+    ) -> list[Object]:
+        return await asyncio.to_thread(self.list_objects, api_version, plural, namespace=namespace, **query)
+
+    async def acreate(self, manifest: Object, plural: str) -> Object:
+        return await asyncio.to_thread(self.create, manifest, plural)
+
+    async def aapply(self, manifest: Object, plural: str) -> Object:
+        return await asyncio.to_thread(self.apply, manifest, plural)
+
+    async def apatch(self, path: str, patch: object, *, content_type: str = MERGE_PATCH) -> Object:
+        return await asyncio.to_thread(self.patch, path, patch, content_type=content_type)
+
+    async def adelete(self, path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool:
+        return await asyncio.to_thread(self.delete, path, uid=uid, resource_version=resource_version)
+
+    async def amodify(self, path: str, change: Callable[[Object], JsonPatch | None]) -> Object | None:
+        return await asyncio.to_thread(self.modify, path, change)
+
+
+def is_condition_true(obj: Object, condition: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == condition and c.get("status") == "True" for c in conditions)
