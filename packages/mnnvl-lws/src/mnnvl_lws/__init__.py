@@ -1,0 +1,3 @@
+"""mnnvl-lws: per-replica ComputeDomains for LeaderWorkerSet."""
+
+__version__ = "0.1.0"

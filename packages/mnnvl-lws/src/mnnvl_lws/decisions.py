@@ -1,0 +1,232 @@
+"""Admission decisions for LeaderWorkerSets and their pods: plain dicts in, JSON patches or field errors out."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from mnnvl_api import errors, keys, names
+from mnnvl_api.decisions import injection, opt_in
+
+JsonPatch = list[dict[str, Any]]
+TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Environment:
+    """What admission depends on besides the object: the feature gate and whether ComputeDomains are served."""
+
+    gate_enabled: bool
+    api_served: bool
+
+
+def _pointer(*parts: str) -> str:
+    return "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def _templates(lws: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    template = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    return [(field, template[field]) for field in TEMPLATE_FIELDS if template.get(field) is not None]
+
+
+def stamp_value(lws: Mapping[str, Any]) -> str:
+    """The `compute-domain-prefix` stamp: the LWS name, a stable input, so the revision never drifts."""
+    return str(lws["metadata"]["name"])
+
+
+def _opted_in(lws: Mapping[str, Any] | None) -> bool:
+    return lws is not None and opt_in.is_opted_in(
+        (lws.get("metadata") or {}).get("annotations") or {}, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION
+    )
+
+
+def _stamped(lws: Mapping[str, Any]) -> bool:
+    return any(
+        keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {})
+        for _, template in _templates(lws)
+    )
+
+
+def template_patch(lws: Mapping[str, Any], env: Environment) -> JsonPatch:
+    """Stamp the templates of an opted-in LWS, unstamp those of one that is not; nothing while the gate is off.
+
+    Unset and `disabled` both mean "not stamped", so they give the same revision. An LWS whose opt-in is
+    rejected (API not served) is left as is; one stamped earlier keeps its stamps.
+    """
+    if not env.gate_enabled:
+        return []
+    want = _opted_in(lws) and (env.api_served or _stamped(lws))
+    value = stamp_value(lws)
+    patch: JsonPatch = []
+    for field, template in _templates(lws):
+        base = ("spec", "leaderWorkerTemplate", field, "metadata")
+        meta = template.get("metadata") or {}
+        if "metadata" not in template:
+            if not want:
+                continue
+            patch.append({"op": "add", "path": _pointer(*base), "value": {}})
+        patch += _entry(meta, (*base, "annotations"), keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, value if want else None)
+        label_now = (meta.get("labels") or {}).get(keys.SCOPE_LABEL)
+        if want or label_now == keys.SCOPE_REPLICA:  # never remove a slice scope stamped by mnnvl-ds
+            patch += _entry(meta, (*base, "labels"), keys.SCOPE_LABEL, keys.SCOPE_REPLICA if want else None)
+    return patch
+
+
+def _entry(meta: Mapping[str, Any], path: tuple[str, ...], key: str, value: str | None) -> JsonPatch:
+    """Ops that set `key` to `value` in the map at `path` (or remove it for None)."""
+    current = meta.get(path[-1])
+    if value is None:
+        return [{"op": "remove", "path": _pointer(*path, key)}] if current and key in current else []
+    if current is None:
+        return [{"op": "add", "path": _pointer(*path), "value": {key: value}}]
+    if current.get(key) == value:
+        return []
+    return [{"op": "add", "path": _pointer(*path, key), "value": value}]
+
+
+def lws_errors(lws: Mapping[str, Any], old: Mapping[str, Any] | None, env: Environment) -> list[errors.FieldError]:
+    """Everything wrong with an LWS, as the user wrote it (after mutation), in one list."""
+    meta = lws.get("metadata") or {}
+    found: list[errors.FieldError] = []
+    read = opt_in.read_opt_in(meta.get("annotations") or {}, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    if isinstance(read, errors.FieldError):
+        found.append(read)
+    elif read is opt_in.OptIn.ENABLED and not _opted_in(old):
+        found += _opt_in_refusals(env)
+    owned_by_ds = any(ref.get("kind") == "DisaggregatedSet" for ref in meta.get("ownerReferences") or [])
+    for field, template in _templates(lws):
+        path = f"spec.leaderWorkerTemplate.{field}"
+        found += _template_errors(template, path, stamp=stamp_value(lws), owned_by_ds=owned_by_ds)
+    return found
+
+
+def _opt_in_refusals(env: Environment) -> list[errors.FieldError]:
+    path = errors.annotation_path("", keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    if not env.gate_enabled:
+        return [
+            errors.forbidden(
+                path,
+                "the AutoComputeDomain feature gate is disabled; set featureGates.AutoComputeDomain=true (Helm) "
+                "or AutoComputeDomain: true (Configuration), or remove the annotation",
+            )
+        ]
+    if not env.api_served:
+        return [
+            errors.forbidden(
+                path,
+                "the ComputeDomain API (computedomains.resource.nvidia.com/v1beta1) is not served; install the "
+                "NVIDIA DRA driver with ComputeDomain support, or remove the annotation",
+            )
+        ]
+    return []
+
+
+def _template_errors(
+    template: Mapping[str, Any], path: str, *, stamp: str, owned_by_ds: bool
+) -> list[errors.FieldError]:
+    meta = template.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = template.get("spec") or {}
+    found: list[errors.FieldError] = []
+    prefix = annotations.get(keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION)
+    if prefix is not None and prefix != stamp:
+        found.append(_reserved(path, keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, prefix))
+    name = annotations.get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+    if name is not None and not owned_by_ds:  # mnnvl-ds stamps it on the LWS it manages, and validates it there
+        found.append(_reserved(path, keys.COMPUTE_DOMAIN_NAME_ANNOTATION, name))
+    for index, claim in enumerate(spec.get("resourceClaims") or []):
+        if claim.get("name") == keys.CHANNEL_CLAIM_NAME:
+            found.append(injection.reserved_claim_error(f"{path}.spec.resourceClaims[{index}]"))
+    if injection.named_containers(annotations) is not None:
+        found += injection.target_containers(spec, annotations, path=path)[1]
+    return found
+
+
+def _reserved(path: str, key: str, value: str) -> errors.FieldError:
+    return errors.invalid(
+        errors.annotation_path(path, key),
+        value,
+        "this annotation is managed by the AutoComputeDomain feature; remove it from the template",
+    )
+
+
+# --- pods ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodPosition:
+    """Where a replica-scope pod sits in its LeaderWorkerSet, derived from its name and annotations only,
+    so the decision does not depend on whether upstream's webhook has labelled the pod yet."""
+
+    lws: str
+    group: int
+    leader: str  # the leader pod's name (the pod itself for a leader)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == f"{self.lws}-{self.group}"
+
+
+def pod_position(pod: Mapping[str, Any]) -> PodPosition | errors.FieldError:
+    meta = pod.get("metadata") or {}
+    lws = (meta.get("labels") or {}).get(keys.LWS_NAME_LABEL)
+    name = meta.get("name") or ""
+    leader = (meta.get("annotations") or {}).get(keys.LWS_LEADER_NAME_ANNOTATION, name)
+    if not lws:
+        return errors.forbidden(
+            f"metadata.labels[{keys.LWS_NAME_LABEL}]", "a replica-scope pod must belong to a LeaderWorkerSet"
+        )
+    match = re.fullmatch(re.escape(lws) + r"-(\d+)", leader)
+    if match is None:
+        return errors.invalid("metadata.name", name, f'cannot tell the group of this pod of LeaderWorkerSet "{lws}"')
+    return PodPosition(lws=lws, group=int(match.group(1)), leader=leader)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodAdmission:
+    patch: JsonPatch
+    errors: list[errors.FieldError]
+    domain: str | None = None
+    targets: tuple[str, ...] = ()
+    gated: bool = False
+
+
+def admit_pod(pod: Mapping[str, Any], *, domain: str | None, new_token: str, domain_ready: bool) -> PodAdmission:
+    """Injection and gating for one replica-scope pod.
+
+    `domain` is the pod's domain if already known: recorded on the pod itself (a reinvocation), or, for a
+    worker, its leader's. A leader without one gets a fresh domain for this incarnation (`new_token`).
+    A worker whose leader has no domain (it started while the gate was off) gets nothing, like its leader.
+    """
+    position = pod_position(pod)
+    if isinstance(position, errors.FieldError):
+        return PodAdmission(patch=[], errors=[position])
+    meta = pod.get("metadata") or {}
+    recorded = (meta.get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+    chosen = recorded or domain
+    if chosen is None and position.is_leader:
+        chosen = names.replica_domain_name(position.lws, position.group, new_token)
+    if chosen is None:
+        return PodAdmission(patch=[], errors=[])
+    spec = pod.get("spec") or {}
+    claim = injection.inject_channel_claim(spec, meta.get("annotations") or {}, names.claim_template_name(chosen))
+    if claim.errors:
+        return PodAdmission(patch=[], errors=claim.errors)
+    patch: JsonPatch = []
+    if recorded is None:
+        if meta.get("annotations") is None:
+            patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        patch.append(
+            {
+                "op": "add",
+                "path": _pointer("metadata", "annotations", keys.COMPUTE_DOMAIN_NAME_ANNOTATION),
+                "value": chosen,
+            }
+        )
+    patch += claim.patch
+    gate = position.is_leader or not domain_ready
+    if gate:
+        patch += injection.scheduling_gate_patch(spec)
+    return PodAdmission(patch=patch, errors=[], domain=chosen, targets=tuple(t.name for t in claim.targets), gated=gate)

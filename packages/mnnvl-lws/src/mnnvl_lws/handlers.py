@@ -1,0 +1,124 @@
+"""kopf wiring: watch events feed the stores and queue the affected LeaderWorkerSets; the Lease holder
+reconciles them one at a time: stores → snapshot → plan → executor."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from mnnvl_api import keys
+from mnnvl_runtime import metrics, operator
+
+from . import executor, planner, state
+
+log = logging.getLogger(__name__)
+RESYNC_SECONDS = 30.0
+RETRY_SECONDS = 2.0
+
+
+class Reconciler:
+    """A de-duplicating queue of LeaderWorkerSets to reconcile, worked only while holding the Lease."""
+
+    def __init__(self, context: operator.Context, stores: state.Stores) -> None:
+        self.context = context
+        self.stores = stores
+        self.executor = executor.Executor(context.client, context.identity.reporting_component)
+        self.queue: asyncio.Queue[state.NamespacedName] = asyncio.Queue()
+        self.pending: set[state.NamespacedName] = set()
+
+    def enqueue(self, *workloads: state.NamespacedName) -> None:
+        for workload in workloads:
+            if workload not in self.pending:
+                self.pending.add(workload)
+                self.queue.put_nowait(workload)
+
+    async def run(self) -> None:
+        while True:
+            await self.context.elector.leading_event.wait()
+            workload = await self.queue.get()
+            self.pending.discard(workload)
+            if not self.context.elector.is_leader:
+                continue  # lost the Lease while waiting; the next holder resyncs everything
+            try:
+                snapshot = self.stores.snapshot(*workload, gate_enabled=self.context.gate_enabled)
+                await self.executor.apply(snapshot, planner.plan(snapshot))
+            except Exception:  # a failed pass is retried; one bad workload must not stop the others
+                metrics.RECONCILE_ERRORS.labels(kind="LeaderWorkerSet").inc()
+                log.exception("reconcile failed", extra={"namespace": workload[0], "name": workload[1]})
+                asyncio.get_running_loop().call_later(RETRY_SECONDS, self.enqueue, workload)
+
+    async def resync(self) -> None:
+        """Queue everything periodically and on gaining the Lease: level-triggered, so missed events heal."""
+        while True:
+            await self.context.elector.leading_event.wait()
+            self.enqueue(*self.stores.workload_keys())
+            self.publish_gauges()
+            await asyncio.sleep(RESYNC_SECONDS)
+
+    def publish_gauges(self) -> None:
+        counts = {"pending": 0, "ready": 0, "terminating": 0}
+        for tag, namespace, name in self.stores.compute_domains.groups():
+            if tag != "workload":
+                continue
+            for facts in self.stores.compute_domains.get((tag, namespace, name)).values():
+                if facts.deleting:
+                    counts["terminating"] += 1
+                elif (namespace, facts.claim_template) in self.stores.templates:
+                    counts["ready"] += 1
+                else:
+                    counts["pending"] += 1
+        for state_name, count in counts.items():
+            metrics.COMPUTE_DOMAINS.labels(scope=keys.SCOPE_REPLICA, state=state_name).set(count)
+        gated = sum(1 for key in self.stores.pods.groups() for pod in self.stores.pods.get(key).values() if pod.gated)
+        metrics.GATED_PODS.labels(scope=keys.SCOPE_REPLICA).set(gated)
+
+
+STORES = state.Stores()
+_reconciler: Reconciler | None = None
+
+
+def reconciler() -> Reconciler:
+    assert _reconciler is not None, "the controller has not started"
+    return _reconciler
+
+
+@kopf.on.startup(registry=state.registry, id="start-reconciler")
+async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
+    global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
+    context = operator.context_of(memo)
+    _reconciler = Reconciler(context, STORES)
+    memo["tasks"] = [
+        asyncio.create_task(_reconciler.run(), name="reconcile"),
+        asyncio.create_task(_reconciler.resync(), name="resync"),
+    ]
+
+
+@kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
+def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
+    workload = STORES.observe_pod(body, deleted=type == "DELETED")
+    if workload is not None:
+        reconciler().enqueue(workload)
+
+
+@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", id="leaderworkersets", registry=state.registry)
+def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
+    reconciler().enqueue(STORES.observe_workload(body, deleted=type == "DELETED"))
+
+
+@kopf.on.event(
+    keys.COMPUTE_DOMAIN_GROUP,
+    keys.COMPUTE_DOMAIN_VERSION,
+    keys.COMPUTE_DOMAIN_PLURAL,
+    id="computedomains",
+    registry=state.registry,
+)
+def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
+    reconciler().enqueue(*STORES.observe_domain(body, deleted=type == "DELETED"))
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates", id="claimtemplates", registry=state.registry)
+def on_template(body: kopf.Body, type: str, **_: Any) -> None:
+    reconciler().enqueue(*STORES.observe_template(body, deleted=type == "DELETED"))

@@ -1,0 +1,49 @@
+"""Kubernetes Events on workloads: what a platform engineer sees in `kubectl describe`."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from . import kube
+
+log = logging.getLogger(__name__)
+
+
+def event_for(involved: kube.Object, *, reason: str, message: str, warning: bool, component: str) -> kube.Object:
+    """A core/v1 Event about `involved`, from `component`."""
+    meta = involved["metadata"]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},
+        "involvedObject": {
+            "apiVersion": involved["apiVersion"],
+            "kind": involved["kind"],
+            "name": meta["name"],
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "eventTime": None,
+        "count": 1,
+    }
+
+
+async def post(client: kube.Kube, event: kube.Object) -> None:
+    """Record an event; a failure to record one is logged, never raised (events are best effort)."""
+    namespace = event["metadata"]["namespace"]
+    try:
+        await client.arequest("POST", kube.path_of("v1", "events", namespace=namespace), body=event)
+    except (kube.ApiError, OSError) as error:
+        fields: dict[str, Any] = {"reason": event["reason"], "error": str(error)}
+        log.warning("event not recorded", extra=fields)

@@ -1,0 +1,40 @@
+"""JSON logs: one object per line; the message is a fixed phrase, variables are fields."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import sys
+
+# Attributes every LogRecord has; anything else on a record came in through `extra=` and is a field.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, controller: str) -> None:
+        super().__init__()
+        self.controller = controller
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "controller": self.controller,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({key: value for key, value in vars(record).items() if key not in _STANDARD})
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure(controller: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(controller))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # kopf reports every handled pod event at INFO; keep it for warnings and errors.
+    logging.getLogger("kopf").setLevel(logging.WARNING)

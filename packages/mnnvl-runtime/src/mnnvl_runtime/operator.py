@@ -1,0 +1,146 @@
+"""Running a controller: settings → logs → preflight → metrics → Lease election → kopf with its own registry.
+
+Everything per controller is derived from its `Identity`, so controllers running side by side never touch
+each other's finalizers, annotations, Leases, field managers or event sources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+
+from mnnvl_api import models
+
+from . import certs, identity, kube, leases, logs, metrics, settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Context:
+    """What handlers of one controller share, handed to them as kopf's `memo.context`."""
+
+    identity: identity.Identity
+    process: settings.ProcessSettings
+    configuration: models.Configuration
+    client: kube.Kube
+    elector: leases.LeaderElector
+
+    @property
+    def gate_enabled(self) -> bool:
+        return self.configuration.auto_compute_domain
+
+
+def kopf_settings(
+    who: identity.Identity, configuration: models.Configuration, *, certfile: pathlib.Path, keyfile: pathlib.Path
+) -> kopf.OperatorSettings:
+    """kopf's settings for one controller: own bookkeeping prefixes, no event posting, its webhook server."""
+    operator = kopf.OperatorSettings()
+    operator.persistence.finalizer = who.kopf_finalizer
+    operator.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=who.bookkeeping_prefix)
+    operator.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=who.bookkeeping_prefix, key="last-handled-configuration"
+    )
+    # kopf would post an Event for every handled pod event; we post our own, on workloads only.
+    operator.posting.enabled = False
+    operator.posting.reporting_component = who.reporting_component
+    operator.scanning.disabled = True
+    operator.networking.request_timeout = 30
+    operator.watching.connect_timeout = 10
+    operator.admission.managed = None  # webhook configurations come from the chart (or the testbed)
+    operator.admission.server = kopf.WebhookServer(
+        addr=configuration.webhook.host,
+        port=configuration.webhook.port,
+        certfile=str(certfile),
+        pkeyfile=str(keyfile),
+    )
+    return operator
+
+
+def run(
+    who: identity.Identity,
+    registry: kopf.OperatorRegistry,
+    *,
+    preflight: Callable[[kube.Kube, models.Configuration], list[str]],
+) -> int:
+    """The console script of a controller. Returns the exit code."""
+    try:
+        process, configuration = settings.load()
+    except settings.SettingsError as error:
+        print(f"{who.name}: {error}", file=sys.stderr)
+        return 2
+    logs.configure(who.name, process.log_level)
+    client = kube.Kube(kube.load_api_client(process.kubeconfig), field_manager=who.field_manager)
+    problems = preflight(client, configuration)
+    if problems:
+        for problem in problems:
+            log.error("preflight failed", extra={"problem": problem})
+            print(f"{who.name}: cannot start: {problem}", file=sys.stderr)
+        return 1
+    cert_dir = pathlib.Path(configuration.webhook.cert_dir)
+    if process.generate_webhook_certificate:
+        certs.ensure_webhook_certificate(cert_dir, tuple(process.webhook_hosts.split(",")))
+    if process.metrics_address:
+        metrics.serve(who.name, process.metrics_address)
+    timing = leases.Timing(
+        lease_duration=configuration.leader_election.lease_duration_seconds,
+        renew_deadline=configuration.leader_election.renew_deadline_seconds,
+        retry_period=configuration.leader_election.retry_period_seconds,
+    )
+    elector = leases.LeaderElector(
+        client, namespace=process.namespace, name=who.lease_name, holder=process.pod_name, timing=timing
+    )
+    context = Context(identity=who, process=process, configuration=configuration, client=client, elector=elector)
+    _register_login(registry, process)
+    operator_settings = kopf_settings(who, configuration, certfile=cert_dir / "tls.crt", keyfile=cert_dir / "tls.key")
+    liveness = f"http://{process.health_address}/healthz" if process.health_address else None
+    log.info(
+        "starting",
+        extra={"gate_enabled": context.gate_enabled, "lease": who.lease_name, "holder": process.pod_name},
+    )
+    asyncio.run(_serve(context, registry, operator_settings, liveness))
+    return 0
+
+
+async def _serve(
+    context: Context, registry: kopf.OperatorRegistry, operator_settings: kopf.OperatorSettings, liveness: str | None
+) -> None:
+    election: asyncio.Task[None] | None = None
+    if context.configuration.leader_election.leader_elect:
+        election = asyncio.create_task(context.elector.run(), name="lease-election")
+    else:
+        context.elector._set_leading(True)
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=operator_settings,
+            standalone=True,
+            clusterwide=True,
+            liveness_endpoint=liveness,
+            memo=kopf.Memo(context=context),
+        )
+    finally:
+        if election is not None:
+            election.cancel()
+            await asyncio.gather(election, return_exceptions=True)
+
+
+def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSettings) -> None:
+    @kopf.on.login(registry=registry, id="login")
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if process.kubeconfig is not None:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def context_of(memo: Any) -> Context:
+    """The controller's context from a handler's `memo` kwarg."""
+    found: Context = memo.context
+    return found
