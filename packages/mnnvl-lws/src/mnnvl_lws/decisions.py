@@ -162,11 +162,12 @@ class PodPosition:
 
     lws: str
     group: int
+    pod: str
     leader: str  # the leader pod's name (the pod itself for a leader)
 
     @property
     def is_leader(self) -> bool:
-        return self.leader == f"{self.lws}-{self.group}"
+        return self.pod == self.leader
 
 
 def pod_position(pod: Mapping[str, Any]) -> PodPosition | errors.FieldError:
@@ -181,7 +182,7 @@ def pod_position(pod: Mapping[str, Any]) -> PodPosition | errors.FieldError:
     match = re.fullmatch(re.escape(lws) + r"-(\d+)", leader)
     if match is None:
         return errors.invalid("metadata.name", name, f'cannot tell the group of this pod of LeaderWorkerSet "{lws}"')
-    return PodPosition(lws=lws, group=int(match.group(1)), leader=leader)
+    return PodPosition(lws=lws, group=int(match.group(1)), pod=name, leader=leader)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -38,3 +38,4 @@ def configure(controller: str, level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # kopf reports every handled pod event at INFO; keep it for warnings and errors.
     logging.getLogger("kopf").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -7,7 +7,7 @@ import json
 import pathlib
 import sys
 
-from . import building, cluster, processes
+from . import building, cluster, controllers, processes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +26,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="install the ComputeDomain CRD of driver <= v25.12, where spec.numNodes is required",
     )
+    start.add_argument(
+        "--with-controllers", action="store_true", help="also run mnnvl's controllers, with their webhooks registered"
+    )
+    start.add_argument(
+        "--gate",
+        choices=("enabled", "disabled"),
+        default="enabled",
+        help="the AutoComputeDomain feature gate of the controllers (default: %(default)s)",
+    )
     commands.add_parser("status", help="show which components run")
     commands.add_parser("down", help="stop everything")
     commands.add_parser("build", help="build (or find cached) control-plane binaries and print their paths")
@@ -33,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     state_dir: pathlib.Path = args.state_dir.resolve()
     try:
         if args.command == "up":
-            cluster.up(state_dir, nodes=args.nodes, legacy_computedomain_crd=args.legacy_computedomain_crd)
+            testbed = cluster.up(state_dir, nodes=args.nodes, legacy_computedomain_crd=args.legacy_computedomain_crd)
+            if args.with_controllers:
+                for replica in controllers.start_lws(testbed, gate=args.gate == "enabled"):
+                    print(
+                        f"{replica.name}: webhooks on 127.0.0.1:{replica.webhook_port}, "
+                        f"metrics on http://127.0.0.1:{replica.metrics_port}/metrics (AutoComputeDomain {args.gate})"
+                    )
         elif args.command == "status":
             report = cluster.status(state_dir)
             print(json.dumps(report, indent=2))

@@ -110,7 +110,8 @@ def is_running(state_dir: pathlib.Path) -> bool:
 
 def down(state_dir: pathlib.Path) -> None:
     supervisor = processes.Supervisor(state_dir)
-    for name in reversed([*COMPONENTS, *(n for n in supervisor.names() if n not in COMPONENTS)]):
+    # Controllers first (they are not in COMPONENTS), then the control plane in reverse start order.
+    for name in [*(n for n in supervisor.names() if n not in COMPONENTS), *reversed(COMPONENTS)]:
         supervisor.stop(name)
     (state_dir / "state.json").unlink(missing_ok=True)
 
