@@ -48,21 +48,28 @@ def environment(context: operator.Context) -> decisions.Environment:
     return decisions.Environment(gate_enabled=context.gate_enabled, api_served=served)
 
 
+class Outcome:
+    """The result label of one admission request: allowed unless the handler patched, denied or failed."""
+
+    def __init__(self) -> None:
+        self.result = "allowed"
+
+
 @contextmanager
-def measured(webhook: str, operation: str | None) -> Iterator[None]:
+def measured(webhook: str, operation: str | None) -> Iterator[Outcome]:
     started = time.monotonic()
-    result = "allowed"
+    outcome = Outcome()
     try:
-        yield
+        yield outcome
     except kopf.AdmissionError:
-        result = "denied"
+        outcome.result = "denied"
         raise
     except Exception:
-        result = "error"
+        outcome.result = "error"
         raise
     finally:
         metrics.ADMISSION_DURATION.labels(webhook=webhook).observe(time.monotonic() - started)
-        metrics.ADMISSION_REQUESTS.labels(webhook=webhook, operation=operation or "", result=result).inc()
+        metrics.ADMISSION_REQUESTS.labels(webhook=webhook, operation=operation or "", result=outcome.result).inc()
 
 
 def reject(found: list[errors.FieldError]) -> kopf.AdmissionError:
@@ -81,10 +88,11 @@ def transform(operations: list[dict[str, Any]]) -> Callable[[Any], None]:
 @kopf.on.mutate(*LWS, id="mutate-leaderworkerset", registry=state.registry)
 def mutate_leaderworkerset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
     operation: str | None = kwargs.get("operation")
-    with measured("mutate-leaderworkerset", operation):
+    with measured("mutate-leaderworkerset", operation) as outcome:
         operations = decisions.template_patch(dict(body), environment(operator.context_of(memo)))
         if operations:
             patch.fns.append(transform(operations))
+            outcome.result = "patched"
 
 
 @kopf.on.validate(*LWS, id="validate-leaderworkerset", registry=state.registry)
@@ -102,7 +110,7 @@ def validate_leaderworkerset(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
 @kopf.on.mutate("pods", id="mutate-pod", registry=state.registry)
 def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
     operation: str | None = kwargs.get("operation")
-    with measured("mutate-pod", operation):
+    with measured("mutate-pod", operation) as outcome:
         context = operator.context_of(memo)
         if operation != "CREATE" or not context.gate_enabled:
             return
@@ -120,6 +128,7 @@ def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> 
             raise reject(admission.errors)
         if admission.patch:
             patch.fns.append(transform(admission.patch))
+            outcome.result = "patched"
             log.info(
                 "pod admitted",
                 extra={

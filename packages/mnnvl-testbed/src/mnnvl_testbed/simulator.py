@@ -186,7 +186,10 @@ def _record_teardown(domain: dict[str, Any], users: list[str]) -> None:
         "lastTimestamp": now,
         "count": 1,
     }
-    api().request("POST", kube.path_of("v1", "events", namespace=meta["namespace"]), body=event)
+    try:
+        api().request("POST", kube.path_of("v1", "events", namespace=meta["namespace"]), body=event)
+    except kube.ApiError as error:  # e.g. the namespace is terminating: the teardown itself must go on
+        logging.getLogger(__name__).warning("teardown of %s not recorded: %s", meta["name"], error.reason)
 
 
 def main() -> None:

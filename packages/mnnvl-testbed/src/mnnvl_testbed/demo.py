@@ -1,0 +1,106 @@
+"""The demo: the testbed with mnnvl running, the deepseek-r1 example applied, and what happened to it.
+
+Shows, per LeaderWorkerSet replica: its ComputeDomain, whether the domain is ready, which containers got the
+channel claim, and which pods are still gated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import Any
+
+import yaml
+
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import injection
+from mnnvl_runtime import kube
+
+from . import cluster, controllers, testing
+
+EXAMPLE = pathlib.Path(__file__).parent / "examples" / "deepseek-r1.yaml"
+CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mnnvl-demo", description=__doc__)
+    parser.add_argument("--namespace", default="demo")
+    args = parser.parse_args(argv)
+    testbed = cluster.up(cluster.default_state_dir())
+    replicas = controllers.start_lws(testbed, gate=True)
+    client = testbed.api()
+    testing.wait_for(
+        lambda: (
+            not (found := client.get("v1", "namespaces", args.namespace))
+            or not found["metadata"].get("deletionTimestamp")
+        ),
+        what=f"namespace {args.namespace} from an earlier run to finish terminating",
+        timeout=120,
+    )
+    client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args.namespace}}, "namespaces")
+    lws = yaml.safe_load(EXAMPLE.read_text())
+    lws["metadata"]["namespace"] = args.namespace
+    client.apply(lws, "leaderworkersets")
+    print(f"applied {EXAMPLE.name} to namespace {args.namespace}; waiting for its groups to run ...", flush=True)
+    size = lws["spec"]["leaderWorkerTemplate"]["size"]
+    expected = lws["spec"]["replicas"] * size
+    testing.wait_for(
+        lambda: len(testing.running(testing.pods(client, args.namespace))) >= expected,
+        what=f"{expected} pods Running",
+        state=testing.state_of(lambda: testing.placement(testing.pods(client, args.namespace))),
+        timeout=180,
+    )
+    print(report(client, args.namespace, lws["metadata"]["name"]))
+    print(f"\nkubeconfig: {testbed.kubeconfig}")
+    print(f"metrics:    http://127.0.0.1:{replicas[0].metrics_port}/metrics")
+    print(f"try:        KUBECONFIG={testbed.kubeconfig} kubectl -n {args.namespace} get computedomains,pods -o wide")
+    return 0
+
+
+def report(client: kube.Kube, namespace: str, lws: str) -> str:
+    pods = testing.pods(client, namespace, f"{keys.LWS_NAME_LABEL}={lws}")
+    templates = {
+        t["metadata"]["name"]
+        for t in client.list_objects("resource.k8s.io/v1", "resourceclaimtemplates", namespace=namespace)
+    }
+    domains = {
+        d["metadata"]["name"]: d for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
+    }
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        by_group.setdefault(pod["metadata"]["labels"].get(keys.LWS_GROUP_INDEX_LABEL, "?"), []).append(pod)
+    lines = [f"\nLeaderWorkerSet {namespace}/{lws}: {len(by_group)} replicas, {len(domains)} ComputeDomains"]
+    for group in sorted(by_group):
+        members = sorted(by_group[group], key=lambda p: p["metadata"]["name"])
+        domain = members[0]["metadata"].get("annotations", {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION, "(none)")
+        found = domains.get(domain)
+        ready = (
+            found is not None
+            and not found["metadata"].get("deletionTimestamp")
+            and names.claim_template_name(domain) in templates
+        )
+        lines.append(
+            nodes = found["spec"].get("numNodes") if found else "-"
+            lines.append(f"\nreplica {group}: ComputeDomain {domain}  ready={'yes' if ready else 'no'}  numNodes={nodes}")
+        )
+        for pod in members:
+            claimed = [
+                c["name"]
+                for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+                if any(r["name"] == keys.CHANNEL_CLAIM_NAME for r in (c.get("resources") or {}).get("claims", []))
+            ]
+            others = [c["name"] for c in pod["spec"]["containers"] if c["name"] not in claimed]
+            gate = "gated" if injection.is_gated(pod["spec"]) else "ungated"
+            phase, node = pod["status"].get("phase", "?"), pod["spec"].get("nodeName", "-")
+            lines.append(
+                f"  {pod['metadata']['name']:<22} {phase:<8} {gate:<8} node={node:<10} "
+                f"claim in: {', '.join(claimed) or '-'}   no claim: {', '.join(others) or '-'}"
+            )
+    gated = [p["metadata"]["name"] for p in pods if injection.is_gated(p["spec"])]
+    lines.append(f"\ngated pods: {', '.join(gated) or 'none'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
