@@ -80,10 +80,9 @@ def report(client: kube.Kube, namespace: str, lws: str) -> str:
             and not found["metadata"].get("deletionTimestamp")
             and names.claim_template_name(domain) in templates
         )
-        lines.append(
-            nodes = found["spec"].get("numNodes") if found else "-"
-            lines.append(f"\nreplica {group}: ComputeDomain {domain}  ready={'yes' if ready else 'no'}  numNodes={nodes}")
-        )
+        nodes = found["spec"].get("numNodes") if found else "-"
+        state = "ready" if ready else "not ready"
+        lines.append(f"\nreplica {group}: ComputeDomain {domain} ({state}, numNodes={nodes})")
         for pod in members:
             claimed = [
                 c["name"]
