@@ -127,7 +127,12 @@ def up(
     started = time.monotonic()
     existing = Testbed.load(state_dir)
     if existing is not None and is_running(state_dir):
-        _say(echo, f"testbed already running; kubeconfig: {existing.kubeconfig}")
+        if existing.nodes < nodes:
+            existing = dataclasses.replace(existing, nodes=nodes)
+            _create_nodes(existing.api(), nodes)
+            _wait_nodes_ready(processes.Supervisor(state_dir), existing.api(), nodes)
+            existing.save()
+        _say(echo, f"testbed already running with {existing.nodes} nodes; kubeconfig: {existing.kubeconfig}")
         return existing
     down(state_dir)
     binaries = building.ensure_binaries()
@@ -341,12 +346,11 @@ def _kwok_stages(testbed: Testbed) -> pathlib.Path:
 
 
 def _create_nodes(api: kube.Kube, count: int) -> None:
-    wanted = {manifests.fake_node(index)["metadata"]["name"] for index in range(count)}
-    for node in api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true"):
-        if node["metadata"]["name"] not in wanted:
-            api.request("DELETE", kube.path_of("v1", "nodes", name=node["metadata"]["name"]))
+    """Make sure nodes 0 … count-1 exist (more are left alone: a reused testbed only ever grows)."""
     for index in range(count):
         node = manifests.fake_node(index)
+        if api.get("v1", "nodes", node["metadata"]["name"]) is not None:
+            continue
         api.apply({key: value for key, value in node.items() if key != "status"}, "nodes")
         # Capacity lives in status, which only the status subresource accepts.
         status_path = kube.path_of("v1", "nodes", name=node["metadata"]["name"]) + "/status"

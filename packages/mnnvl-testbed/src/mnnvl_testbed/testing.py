@@ -22,8 +22,12 @@ from . import cluster, simulator, waiting
 wait_for = waiting.wait_for
 
 
+#: Tests run many workloads one after another while earlier namespaces drain; give them room.
+TEST_NODES = 24
+
+
 def start_or_reuse() -> cluster.Testbed:
-    return cluster.up(cluster.default_state_dir(), echo=False)
+    return cluster.up(cluster.default_state_dir(), nodes=TEST_NODES, echo=False)
 
 
 @contextlib.contextmanager

@@ -1,3 +1,5 @@
+"""pytest fixtures for tests on the testbed (a plugin: `pytest_plugins = ["mnnvl_testbed.fixtures"]`)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -5,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, testing
+
+from . import cluster, testing
 
 
 @pytest.fixture(scope="session")
