@@ -1,0 +1,145 @@
+"""Builders of plain objects for mnnvl-lws unit tests; they refuse shapes the real system never produces."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import domains
+from mnnvl_lws import decisions, planner
+
+from ..mnnvl_api import pods
+
+UID = "6f1c1e0a-0000-4000-8000-000000000001"
+
+
+def lws(
+    name: str = "deepseek-r1",
+    *,
+    annotations: dict[str, str] | None = None,
+    worker_spec: dict[str, Any] | None = None,
+    leader_spec: dict[str, Any] | None = None,
+    worker_meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    template: dict[str, Any] = {"size": 4, "workerTemplate": {"spec": worker_spec or pods.deepseek_worker_spec()}}
+    if worker_meta is not None:
+        template["workerTemplate"]["metadata"] = copy.deepcopy(worker_meta)
+    if leader_spec is not None:
+        template["leaderTemplate"] = {"spec": leader_spec}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": "serving", "uid": UID, "annotations": annotations or {}},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": template},
+    }
+
+
+def opted_in(**kwargs: Any) -> dict[str, Any]:
+    return lws(annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}, **kwargs)
+
+
+def pod(
+    name: str,
+    *,
+    lws_name: str = "deepseek-r1",
+    leader: str | None = None,
+    spec: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta_annotations = dict(annotations or {})
+    if leader is not None:
+        meta_annotations[keys.LWS_LEADER_NAME_ANNOTATION] = leader
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "serving",
+            "labels": {keys.LWS_NAME_LABEL: lws_name, keys.SCOPE_LABEL: keys.SCOPE_REPLICA},
+            "annotations": meta_annotations,
+        },
+        "spec": spec or pods.deepseek_worker_spec(),
+    }
+
+
+def workload(uid: str = UID, *, deleting: bool = False) -> planner.Workload:
+    return planner.Workload(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
+
+
+def leader(group: int, domain: str | None, *, gated: bool = False, terminal: bool = False) -> planner.PodFacts:
+    return planner.PodFacts(
+        name=f"deepseek-r1-{group}",
+        group=group,
+        is_leader=True,
+        domain=domain,
+        gated=gated,
+        terminal=terminal,
+        deleting=False,
+    )
+
+
+def worker(group: int, index: int, domain: str | None, *, gated: bool = False) -> planner.PodFacts:
+    return planner.PodFacts(
+        name=f"deepseek-r1-{group}-{index}",
+        group=group,
+        is_leader=False,
+        domain=domain,
+        gated=gated,
+        terminal=False,
+        deleting=False,
+    )
+
+
+def domain(
+    name: str,
+    *,
+    owner_uid: str | None = UID,
+    manager: str | None = keys.LWS_CONTROLLER,
+    deleting: bool = False,
+    protected: bool = True,
+    workload_name: str | None = "deepseek-r1",
+) -> domains.DomainFacts:
+    if manager == keys.LWS_CONTROLLER and owner_uid is None:
+        raise ValueError("a domain mnnvl-lws manages always carries the owner-uid label")
+    return domains.DomainFacts(
+        name=name,
+        namespace="serving",
+        owner_uid=owner_uid,
+        managed_by=manager,
+        workload=workload_name,
+        claim_template=names.claim_template_name(name),
+        deleting=deleting,
+        protected=protected,
+    )
+
+
+def snapshot(
+    *,
+    pods_: tuple[planner.PodFacts, ...] = (),
+    domains_: tuple[domains.DomainFacts, ...] = (),
+    templates: tuple[str, ...] | None = None,
+    in_use: tuple[str, ...] = (),
+    workload_: planner.Workload | None = None,
+    gate_enabled: bool = True,
+    gone: bool = False,
+) -> planner.Snapshot:
+    for facts in pods_:
+        if not facts.is_leader and not any(p.is_leader and p.group == facts.group for p in pods_):
+            raise ValueError(f"worker {facts.name} has no leader in the snapshot")
+    by_name = {d.name: d for d in domains_}
+    return planner.Snapshot(
+        namespace="serving",
+        lws_name="deepseek-r1",
+        workload=None if gone else (workload_ or workload()),
+        pods=pods_,
+        domains=by_name,
+        existing_templates=frozenset(templates if templates is not None else (d.claim_template for d in domains_)),
+        templates_in_use=frozenset(names.claim_template_name(name) for name in in_use),
+        gate_enabled=gate_enabled,
+    )
+
+
+ENV_ON = decisions.Environment(gate_enabled=True, api_served=True)
+ENV_OFF = decisions.Environment(gate_enabled=False, api_served=True)
+ENV_NO_API = decisions.Environment(gate_enabled=True, api_served=False)

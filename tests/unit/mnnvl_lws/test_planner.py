@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import pytest
+
+from mnnvl_api import events, keys
+from mnnvl_lws import planner
+
+from . import build
+
+D0 = "deepseek-r1-0-x7k2b"
+D0_NEW = "deepseek-r1-0-bbbbb"
+D1 = "deepseek-r1-1-qqqqq"
+
+
+def test_each_live_leader_incarnation_gets_its_domain_created_with_our_labels() -> None:
+    plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True), build.leader(1, D1, gated=True))))
+    assert plan == planner.Plan(
+        create=(
+            planner.DomainToCreate(
+                name=D0,
+                namespace="serving",
+                claim_template=f"{D0}-channel",
+                labels={
+                    keys.OWNER_UID_LABEL: build.UID,
+                    keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER,
+                    keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
+                    keys.WORKLOAD_NAME_LABEL: "deepseek-r1",
+                    keys.GROUP_INDEX_LABEL: "0",
+                },
+            ),
+            planner.DomainToCreate(
+                name=D1,
+                namespace="serving",
+                claim_template=f"{D1}-channel",
+                labels={
+                    keys.OWNER_UID_LABEL: build.UID,
+                    keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER,
+                    keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
+                    keys.WORKLOAD_NAME_LABEL: "deepseek-r1",
+                    keys.GROUP_INDEX_LABEL: "1",
+                },
+            ),
+        )
+    )
+
+
+def test_pods_stay_gated_until_the_claim_template_exists() -> None:
+    pods = (build.leader(0, D0, gated=True), build.worker(0, 1, D0, gated=True))
+    assert planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), templates=())) == planner.Plan()
+    ready = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
+    assert ready == planner.Plan(ungate=("deepseek-r1-0", "deepseek-r1-0-1"))
+
+
+def test_a_terminating_domain_releases_no_pods() -> None:
+    pods = (build.leader(0, D0, gated=True),)
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0, deleting=True),), in_use=(D0,)))
+    assert plan.ungate == ()
+
+
+def test_a_replaced_leader_gets_a_new_domain_and_the_unreferenced_old_one_is_deleted() -> None:
+    plan = planner.plan(
+        build.snapshot(
+            pods_=(build.leader(0, D0_NEW, gated=True),), domains_=(build.domain(D0),), templates=(f"{D0}-channel",)
+        )
+    )
+    assert [d.name for d in plan.create] == [D0_NEW]
+    assert plan.delete == (D0,)
+
+
+def test_an_obsolete_domain_still_referenced_by_a_pod_is_kept() -> None:
+    plan = planner.plan(
+        build.snapshot(
+            pods_=(build.leader(0, D0_NEW),), domains_=(build.domain(D0), build.domain(D0_NEW)), in_use=(D0,)
+        )
+    )
+    assert plan.delete == ()
+    assert plan.release == ()
+
+
+def test_a_domain_recorded_by_a_terminating_leader_is_not_obsolete() -> None:
+    leaving = planner.PodFacts(
+        name="deepseek-r1-0", group=0, is_leader=True, domain=D0, gated=False, terminal=False, deleting=True
+    )
+    assert planner.plan(build.snapshot(pods_=(leaving,), domains_=(build.domain(D0),))).delete == ()
+
+
+def test_a_deleted_domain_is_released_only_when_unreferenced() -> None:
+    deleting = build.domain(D0, deleting=True)
+    assert planner.plan(build.snapshot(domains_=(deleting,), in_use=(D0,))).release == ()
+    assert planner.plan(build.snapshot(domains_=(deleting,))).release == (D0,)
+
+
+def test_when_the_lws_is_gone_its_domains_go_once_unreferenced() -> None:
+    plan = planner.plan(build.snapshot(domains_=(build.domain(D0), build.domain(D1)), in_use=(D1,), gone=True))
+    assert plan == planner.Plan(delete=(D0,))
+
+
+def test_a_deleting_lws_creates_nothing_new() -> None:
+    plan = planner.plan(
+        build.snapshot(pods_=(build.leader(0, D0, gated=True),), workload_=build.workload(deleting=True))
+    )
+    assert plan.create == ()
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        pytest.param(build.domain(D0, owner_uid=None, manager=None, workload_name=None), id="unmanaged"),
+        pytest.param(build.domain(D0, owner_uid="someone-else"), id="other-owner-uid"),
+        pytest.param(build.domain(D0, manager=keys.DS_CONTROLLER), id="other-controller"),
+    ],
+)
+def test_a_foreign_domain_with_the_generated_name_is_not_adopted(foreign: object) -> None:
+    assert isinstance(foreign, planner.domains.DomainFacts)
+    plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True),), domains_=(foreign,)))
+    assert plan.create == ()
+    assert plan.ungate == ()
+    assert plan.delete == ()
+    assert [w.reason for w in plan.warnings] == [events.UNEXPECTED_OWNER_REASON]
+    assert D0 in plan.warnings[0].message
+    assert "leader deepseek-r1-0 stays gated" in plan.warnings[0].message
+
+
+def test_with_the_gate_disabled_nothing_is_done() -> None:
+    snapshot = build.snapshot(
+        pods_=(build.leader(0, D0_NEW, gated=True),),
+        domains_=(build.domain(D0), build.domain(D1, deleting=True)),
+        gate_enabled=False,
+    )
+    assert planner.plan(snapshot) == planner.Plan()
+
+
+def test_domains_of_other_workloads_are_never_touched() -> None:
+    other = build.domain("other-0-aaaaa", workload_name="other")
+    assert planner.plan(build.snapshot(domains_=(other,))) == planner.Plan()
+
+
+def test_a_converged_snapshot_yields_an_empty_plan() -> None:
+    pods = (build.leader(0, D0), build.worker(0, 1, D0), build.leader(1, D1))
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0), build.domain(D1)), in_use=(D0, D1)))
+    assert plan.empty
+
+
+def test_builders_refuse_a_worker_without_its_leader() -> None:
+    with pytest.raises(ValueError, match="no leader"):
+        build.snapshot(pods_=(build.worker(0, 1, D0),))
