@@ -357,12 +357,14 @@ def _create_nodes(api: kube.Kube, count: int) -> None:
         api.request("PATCH", status_path, body={"status": node["status"]}, content_type=kube.MERGE_PATCH)
 
 
+def simulator_command(testbed: Testbed) -> tuple[list[str], dict[str, str]]:
+    """How the DRA driver simulator runs: (command, environment)."""
+    return [sys.executable, "-m", "mnnvl_testbed.simulator"], {"KUBECONFIG": str(testbed.kubeconfig)}
+
+
 def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None:
-    supervisor.start(
-        "dra-simulator",
-        [sys.executable, "-m", "mnnvl_testbed.simulator"],
-        env={"KUBECONFIG": str(testbed.kubeconfig)},
-    )
+    command, env = simulator_command(testbed)
+    supervisor.start("dra-simulator", command, env=env)
 
 
 def _start_lws(

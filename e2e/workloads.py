@@ -1,0 +1,160 @@
+"""Builders, actions and expectations for end-to-end tests of mnnvl on the testbed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from mnnvl_api import keys
+from mnnvl_api.decisions import injection
+from mnnvl_runtime import kube
+from mnnvl_testbed import testing
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
+VLLM = {"name": "vllm", "image": "nvcr.io/nvidia/vllm:latest", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+ROUTING_PROXY = {"name": "routing-proxy", "image": "envoyproxy/envoy:v1.31-latest"}
+TIMEOUT = 120.0
+
+
+def lws_manifest(
+    name: str,
+    *,
+    replicas: int = 2,
+    size: int = 2,
+    opt_in: str | None = "enabled",
+    containers: list[dict[str, Any]] | None = None,
+    worker_annotations: dict[str, str] | None = None,
+    leader_containers: list[dict[str, Any]] | None = None,
+    max_surge: int | None = None,
+) -> dict[str, Any]:
+    worker: dict[str, Any] = {"spec": {"containers": copy.deepcopy(containers or [VLLM, ROUTING_PROXY])}}
+    if worker_annotations:
+        worker["metadata"] = {"annotations": dict(worker_annotations)}
+    template: dict[str, Any] = {"size": size, "workerTemplate": worker}
+    if leader_containers is not None:
+        template["leaderTemplate"] = {"spec": {"containers": copy.deepcopy(leader_containers)}}
+    spec: dict[str, Any] = {"replicas": replicas, "leaderWorkerTemplate": template}
+    if max_surge is not None:
+        spec["rolloutStrategy"] = {
+            "type": "RollingUpdate",
+            "rollingUpdateConfiguration": {"maxSurge": max_surge, "maxUnavailable": 1},
+        }
+    annotations = {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: opt_in} if opt_in is not None else {}
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def lws_path(ns: str, name: str) -> str:
+    return kube.path_of(LWS_API, "leaderworkersets", namespace=ns, name=name)
+
+
+def create_lws(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> kube.Object:
+    return api.request("POST", kube.path_of(LWS_API, "leaderworkersets", namespace=ns), body=manifest)
+
+
+def patch_lws(api: kube.Kube, ns: str, name: str, merge_patch: dict[str, Any]) -> kube.Object:
+    return api.request("PATCH", lws_path(ns, name), body=merge_patch, content_type=kube.MERGE_PATCH)
+
+
+def rejection(call: Callable[[], object]) -> str:
+    """The message of the admission error `call` must raise."""
+    try:
+        call()
+    except kube.ApiError as error:
+        assert error.status in (400, 403, 422), f"expected a rejection, got {error.status}: {error.body}"
+        return str(error.body)
+    raise AssertionError("the request was accepted")
+
+
+def lws_pods(api: kube.Kube, ns: str, name: str) -> list[kube.Object]:
+    return testing.pods(api, ns, f"{keys.LWS_NAME_LABEL}={name}")
+
+
+def domains(api: kube.Kube, ns: str) -> dict[str, kube.Object]:
+    return {d["metadata"]["name"]: d for d in api.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns)}
+
+
+def domain_of(pod: kube.Object) -> str | None:
+    found: str | None = (pod["metadata"].get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+    return found
+
+
+def claimed_containers(pod: kube.Object) -> list[str]:
+    return [
+        c["name"]
+        for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+        if any(r["name"] == keys.CHANNEL_CLAIM_NAME for r in (c.get("resources") or {}).get("claims", []))
+    ]
+
+
+def is_gated(pod: kube.Object) -> bool:
+    return injection.is_gated(pod["spec"])
+
+
+def summary(api: kube.Kube, ns: str) -> dict[str, Any]:
+    """Pods and domains of a namespace, compactly, for failure messages."""
+    return {
+        "pods": [
+            (
+                p["metadata"]["name"],
+                p["status"].get("phase"),
+                p["spec"].get("nodeName"),
+                domain_of(p),
+                is_gated(p),
+                bool(p["metadata"].get("deletionTimestamp")),
+            )
+            for p in testing.pods(api, ns)
+        ],
+        "domains": {
+            name: {"labels": d["metadata"].get("labels"), "deleting": bool(d["metadata"].get("deletionTimestamp"))}
+            for name, d in domains(api, ns).items()
+        },
+    }
+
+
+def wait_groups_running(api: kube.Kube, ns: str, name: str, *, replicas: int, size: int) -> list[kube.Object]:
+    """Every pod of the LWS Running on a node, ungated, and one domain per group recorded on its pods."""
+
+    def settled() -> list[kube.Object] | None:
+        pods = [p for p in lws_pods(api, ns, name) if not p["metadata"].get("deletionTimestamp")]
+        running = testing.running(pods)
+        if len(running) != replicas * size or len(pods) != replicas * size or any(is_gated(p) for p in pods):
+            return None
+        return sorted(running, key=lambda p: p["metadata"]["name"])
+
+    return testing.wait_for(
+        settled,
+        what=f"{replicas} groups of {size} Running",
+        state=testing.state_of(lambda: summary(api, ns)),
+        timeout=TIMEOUT,
+    )
+
+
+def group_domains(pods: list[kube.Object]) -> dict[str, str | None]:
+    """group index → the domain its pods record (asserting every pod of a group records the same one)."""
+    found: dict[str, str | None] = {}
+    for pod in pods:
+        group = pod["metadata"]["labels"][keys.LWS_GROUP_INDEX_LABEL]
+        domain = domain_of(pod)
+        assert found.setdefault(group, domain) == domain, f"group {group} spans domains {found[group]} and {domain}"
+    return found
+
+
+def wait_domains(api: kube.Kube, ns: str, expected: set[str]) -> dict[str, kube.Object]:
+    """Until exactly `expected` domains exist (not counting ones already gone)."""
+    return testing.wait_for(
+        lambda: found if set(found := domains(api, ns)) == expected else None,
+        what=f"exactly the domains {sorted(expected)}",
+        state=testing.state_of(lambda: summary(api, ns)),
+        timeout=TIMEOUT,
+    )
+
+
+def in_use_teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
+    return [t for t in testing.teardowns(api, ns) if t["referencing_pods"]]
