@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import injection
@@ -63,13 +66,12 @@ def patch_lws(api: kube.Kube, ns: str, name: str, merge_patch: dict[str, Any]) -
 
 
 def rejection(call: Callable[[], object]) -> str:
-    """The message of the admission error `call` must raise."""
-    try:
+    """The message of the admission error that `call` must meet."""
+    with pytest.raises(kube.ApiError) as rejected:
         call()
-    except kube.ApiError as error:
-        assert error.status in (400, 403, 422), f"expected a rejection, got {error.status}: {error.body}"
-        return str(error.body)
-    raise AssertionError("the request was accepted")
+    assert rejected.value.status in (400, 403, 422), f"expected a rejection, got {rejected.value.body}"
+    message: str = json.loads(rejected.value.body or "{}").get("message", "")
+    return message
 
 
 def lws_pods(api: kube.Kube, ns: str, name: str) -> list[kube.Object]:
@@ -148,12 +150,13 @@ def group_domains(pods: list[kube.Object]) -> dict[str, str | None]:
 
 def wait_domains(api: kube.Kube, ns: str, expected: set[str]) -> dict[str, kube.Object]:
     """Until exactly `expected` domains exist (not counting ones already gone)."""
-    return testing.wait_for(
-        lambda: found if set(found := domains(api, ns)) == expected else None,
+    [found] = testing.wait_for(
+        lambda: [current] if set(current := domains(api, ns)) == expected else None,
         what=f"exactly the domains {sorted(expected)}",
         state=testing.state_of(lambda: summary(api, ns)),
         timeout=TIMEOUT,
     )
+    return found
 
 
 def in_use_teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:

@@ -114,13 +114,16 @@ class LeaderElector:
                 "leaseTransitions": transitions,
             },
         }
-        # PUT carries the resourceVersion read above: a concurrent writer makes this a 409, and we lost.
+        # PUT carries the resourceVersion read above: a concurrent writer makes this a 409.
         try:
             written = self.client.request("PUT", self.path, body=updated)
         except kube.ApiError as error:
-            if error.status == 409:
-                return
-            raise
+            if error.status != 409:
+                raise
+            current = self.client.get(LEASE_API, "leases", self.name, namespace=self.namespace)
+            if current is None or (current.get("spec") or {}).get("holderIdentity") != self.holder:
+                self._set_leading(False)  # someone else holds it now: stop writing at once
+            return
         self._renewed(written)
 
     def _create(self) -> None:

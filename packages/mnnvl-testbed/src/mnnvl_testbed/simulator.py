@@ -35,6 +35,8 @@ CD_API_VERSION = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
 
 registry = kopf.OperatorRegistry()
 _api: kube.Kube | None = None
+#: UIDs of the domains already torn down: later events of a Terminating domain must not count again.
+_torn_down: set[str] = set()
 
 
 def api() -> kube.Kube:
@@ -128,7 +130,9 @@ def _tear_down(domain: dict[str, Any], users: list[str]) -> None:
     except kube.ApiError as error:
         if error.status != 404:
             raise
-    _record_teardown(domain, users)
+    if meta["uid"] not in _torn_down:
+        _torn_down.add(meta["uid"])
+        _record_teardown(domain, users)
     index = meta["finalizers"].index(manifests.COMPUTE_DOMAIN_FINALIZER)
     pointer = f"/metadata/finalizers/{index}"
     _patch_or_skip(

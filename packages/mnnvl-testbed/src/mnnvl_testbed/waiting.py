@@ -21,7 +21,7 @@ def wait_for(
     interval: float = 0.25,
     state: Callable[[], object] | None = None,
 ) -> T:
-    """Call `condition` until it returns something other than None/False, and return that.
+    """Call `condition` until it returns something truthy, and return that.
 
     On timeout, raise with `what` was awaited and `state()` (the objects as they were last seen).
     Exceptions from `condition` propagate: a condition that cannot be evaluated is a bug, not a wait.
@@ -29,7 +29,7 @@ def wait_for(
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
-        if result is not None and result is not False:
+        if result:
             return result
         if time.monotonic() >= deadline:
             seen = state() if state is not None else "(no state captured)"
