@@ -221,3 +221,16 @@ def test_unknown_named_containers_reject_the_pod() -> None:
     admission = decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False)
     assert admission.patch == []
     assert 'no container named "nope"' in str(admission.errors[0])
+
+
+def test_a_forged_prefix_is_left_in_place_for_validation_to_reject() -> None:
+    forged = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "other"}})
+    assert worker_meta(stamped(forged))["annotations"][keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION] == "other"
+    assert decisions.lws_errors(stamped(forged), None, build.ENV_ON) != []
+
+
+def test_a_foreign_scope_label_is_rejected() -> None:
+    forged = build.lws(worker_meta={"labels": {keys.SCOPE_LABEL: "cluster"}})
+    assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+        "spec.leaderWorkerTemplate.workerTemplate.metadata.labels[leaderworkerset.sigs.k8s.io/compute-domain-scope]"
+    ]

@@ -73,7 +73,9 @@ def measured(webhook: str, operation: str | None) -> Iterator[Outcome]:
 
 
 def reject(found: list[errors.FieldError]) -> kopf.AdmissionError:
-    return kopf.AdmissionError(errors.join(found), code=422)
+    message = errors.join(found)
+    log.info("admission denied", extra={"errors": message})
+    return kopf.AdmissionError(message, code=422)
 
 
 def transform(operations: list[dict[str, Any]]) -> Callable[[Any], None]:

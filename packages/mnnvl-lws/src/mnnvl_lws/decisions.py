@@ -67,16 +67,22 @@ def template_patch(lws: Mapping[str, Any], env: Environment) -> JsonPatch:
             if not want:
                 continue
             patch.append({"op": "add", "path": _pointer(*base), "value": {}})
-        patch += _entry(meta, (*base, "annotations"), keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, value if want else None)
-        label_now = (meta.get("labels") or {}).get(keys.SCOPE_LABEL)
-        if want or label_now == keys.SCOPE_REPLICA:  # never remove a slice scope stamped by mnnvl-ds
-            patch += _entry(meta, (*base, "labels"), keys.SCOPE_LABEL, keys.SCOPE_REPLICA if want else None)
+        stamp = value if want else None
+        patch += _entry(meta, (*base, "annotations"), keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, stamp, value)
+        scope = keys.SCOPE_REPLICA if want else None
+        patch += _entry(meta, (*base, "labels"), keys.SCOPE_LABEL, scope, keys.SCOPE_REPLICA)
     return patch
 
 
-def _entry(meta: Mapping[str, Any], path: tuple[str, ...], key: str, value: str | None) -> JsonPatch:
-    """Ops that set `key` to `value` in the map at `path` (or remove it for None)."""
+def _entry(meta: Mapping[str, Any], path: tuple[str, ...], key: str, value: str | None, ours: str) -> JsonPatch:
+    """Ops that set `key` to `value` in the map at `path` (or remove it for None).
+
+    Only a missing entry or our own value (`ours`) is changed: a different value was put there by a user,
+    and is left for validation to reject, so the user learns of it instead of seeing it silently replaced.
+    """
     current = meta.get(path[-1])
+    if current is not None and key in current and current[key] != ours:
+        return []
     if value is None:
         return [{"op": "remove", "path": _pointer(*path, key)}] if current and key in current else []
     if current is None:
@@ -136,6 +142,16 @@ def _template_errors(
     name = annotations.get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
     if name is not None and not owned_by_ds:  # mnnvl-ds stamps it on the LWS it manages, and validates it there
         found.append(_reserved(path, keys.COMPUTE_DOMAIN_NAME_ANNOTATION, name))
+    scope = (meta.get("labels") or {}).get(keys.SCOPE_LABEL)
+    allowed_scopes = (keys.SCOPE_REPLICA, keys.SCOPE_SLICE) if owned_by_ds else (keys.SCOPE_REPLICA,)
+    if scope is not None and scope not in allowed_scopes:
+        found.append(
+            errors.invalid(
+                f"{path}.metadata.labels[{keys.SCOPE_LABEL}]",
+                scope,
+                "this label is managed by the AutoComputeDomain feature; remove it from the template",
+            )
+        )
     for index, claim in enumerate(spec.get("resourceClaims") or []):
         if claim.get("name") == keys.CHANNEL_CLAIM_NAME:
             found.append(injection.reserved_claim_error(f"{path}.spec.resourceClaims[{index}]"))

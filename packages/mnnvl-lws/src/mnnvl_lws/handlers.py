@@ -47,7 +47,7 @@ class Reconciler:
                 await self.executor.apply(snapshot, planner.plan(snapshot))
             except Exception:  # a failed pass is retried; one bad workload must not stop the others
                 metrics.RECONCILE_ERRORS.labels(kind="LeaderWorkerSet").inc()
-                log.exception("reconcile failed", extra={"namespace": workload[0], "name": workload[1]})
+                log.exception("reconcile failed", extra={"namespace": workload[0], "lws": workload[1]})
                 asyncio.get_running_loop().call_later(RETRY_SECONDS, self.enqueue, workload)
 
     async def resync(self) -> None:
@@ -94,6 +94,14 @@ async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
         asyncio.create_task(_reconciler.run(), name="reconcile"),
         asyncio.create_task(_reconciler.resync(), name="resync"),
     ]
+    for task in memo["tasks"]:
+        task.add_done_callback(_report_death)
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    """A loop that must run forever ended: say so loudly (a silent controller is the worst failure)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("controller loop died", extra={"task": task.get_name()}, exc_info=task.exception())
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)

@@ -11,6 +11,17 @@ import sys
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
 
+# kopf attaches its settings and object references to records; they are noise in our logs.
+_KOPF_EXTRAS = frozenset({"settings", "k8s_skip", "k8s_ref"})
+
+
+class _QuietAdmissionDenials(logging.Filter):
+    """kopf logs every rejected admission request as an error; a rejection is the webhook working."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.getMessage().startswith("Webhook '") and "failed permanently" in record.getMessage())
+
+
 class JsonFormatter(logging.Formatter):
     def __init__(self, controller: str) -> None:
         super().__init__()
@@ -24,7 +35,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        entry.update({key: value for key, value in vars(record).items() if key not in _STANDARD})
+        entry.update(
+            {key: value for key, value in vars(record).items() if key not in _STANDARD and key not in _KOPF_EXTRAS}
+        )
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -38,4 +51,5 @@ def configure(controller: str, level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # kopf reports every handled pod event at INFO; keep it for warnings and errors.
     logging.getLogger("kopf").setLevel(logging.WARNING)
+    logging.getLogger("kopf.objects").addFilter(_QuietAdmissionDenials())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
