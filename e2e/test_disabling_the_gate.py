@@ -1,0 +1,89 @@
+"""Disabling the Feature Gate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from mnnvl_api import keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, controllers, testing
+
+from . import workloads
+
+
+@pytest.fixture
+def gate_toggle(testbed: cluster.Testbed, lws_controller: list[controllers.Replica]) -> Iterator[None]:
+    """Lets a test restart mnnvl-lws with the gate off; afterwards it runs with the gate on again."""
+    yield
+    controllers.start_lws(testbed, gate=True)
+
+
+def revision(pod: kube.Object) -> str:
+    return str(pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/template-revision-hash"])
+
+
+def test_with_the_gate_disabled_lws_stops_managing_compute_domains(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, gate_toggle: None
+) -> None:
+    """With the gate disabled, LWS stops creating ComputeDomains and injecting claims, and it no longer deletes ComputeDomains or releases the protection finalizer. Pod templates do not change when the gate is toggled, so running groups are not restarted."""
+    workloads.create_lws(api, ns, workloads.lws_manifest("kept", replicas=2, size=2))
+    before = workloads.wait_groups_running(api, ns, "kept", replicas=2, size=2)
+    domains = set(workloads.group_domains(before).values())
+    template_before = api.request("GET", workloads.lws_path(ns, "kept"))["spec"]["leaderWorkerTemplate"]
+
+    controllers.start_lws(testbed, gate=False)
+
+    # Opting in is rejected while the feature gate is disabled ...
+    message = workloads.rejection(lambda: workloads.create_lws(api, ns, workloads.lws_manifest("late")))
+    assert (
+        "metadata.annotations[leaderworkerset.sigs.k8s.io/auto-compute-domain]: Forbidden: the AutoComputeDomain feature "
+        "gate is disabled; set featureGates.AutoComputeDomain=true (Helm) or AutoComputeDomain: true (Configuration), "
+        "or remove the annotation"
+    ) in message
+    # ... objects that opted in earlier remain updatable, and their templates do not change.
+    updated = workloads.patch_lws(
+        api, ns, "kept", {"metadata": {"labels": {"team": "inference"}}, "spec": {"replicas": 3}}
+    )
+    assert updated["spec"]["leaderWorkerTemplate"] == template_before
+    # New Pods of opted-in LeaderWorkerSets start without a ComputeDomain claim.
+    pods = workloads.wait_groups_running(api, ns, "kept", replicas=3, size=2)
+    assert {p["metadata"]["uid"] for p in before} <= {p["metadata"]["uid"] for p in pods}
+    new_group = [p for p in pods if p["metadata"]["labels"][keys.LWS_GROUP_INDEX_LABEL] == "2"]
+    assert len(new_group) == 2
+    for pod in new_group:
+        assert workloads.domain_of(pod) is None
+        assert workloads.claimed_containers(pod) == []
+        assert revision(pod) == revision(before[0])
+    # Nothing is deleted: scaling down leaves the removed group's domain in place.
+    workloads.patch_lws(api, ns, "kept", {"spec": {"replicas": 1}})
+    testing.wait_for(
+        lambda: len(workloads.lws_pods(api, ns, "kept")) == 2,
+        what="scaled down to one group",
+        state=testing.state_of(lambda: workloads.summary(api, ns)),
+        timeout=workloads.TIMEOUT,
+    )
+    assert set(workloads.domains(api, ns)) == domains
+    # A ComputeDomain deleted while the gate is disabled stays Terminating: the finalizer is not released.
+    [removed] = [d for d in domains if d not in {workloads.domain_of(p) for p in workloads.lws_pods(api, ns, "kept")}]
+    api.request("DELETE", kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name=str(removed)))
+
+    def held_by_protection() -> kube.Object | None:
+        domain = api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, str(removed), namespace=ns)
+        return domain if domain and domain["metadata"].get("finalizers") == [keys.PROTECTION_FINALIZER] else None
+
+    terminating = testing.wait_for(
+        held_by_protection, what="the deleted domain Terminating, held only by the protection finalizer", timeout=30
+    )
+    assert terminating["metadata"]["deletionTimestamp"]
+
+    # Re-enabling the gate: the unreferenced Terminating domain is released; running groups are untouched.
+    controllers.start_lws(testbed, gate=True)
+    testing.wait_for(
+        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, str(removed), namespace=ns) is None,
+        what="the released domain gone",
+        timeout=60,
+    )
+    remaining = workloads.wait_groups_running(api, ns, "kept", replicas=1, size=2)
+    assert {p["metadata"]["uid"] for p in remaining} <= {p["metadata"]["uid"] for p in before}
