@@ -122,8 +122,12 @@ def up(
     nodes: int = DEFAULT_NODES,
     legacy_computedomain_crd: bool = False,
     echo: bool = True,
+    api_server_only: bool = False,
 ) -> Testbed:
-    """Start everything, or reuse a testbed that is already running in `state_dir`."""
+    """Start everything, or reuse a testbed that is already running in `state_dir`.
+
+    `api_server_only` starts just etcd and kube-apiserver: a cluster without the NVIDIA driver, LWS or nodes.
+    """
     started = time.monotonic()
     existing = Testbed.load(state_dir)
     if existing is not None and is_running(state_dir):
@@ -163,6 +167,9 @@ def up(
 
     _start_etcd(supervisor, binaries["etcd"], testbed)
     _start_apiserver(supervisor, binaries["kube-apiserver"], testbed, ca, pki_dir)
+    if api_server_only:
+        testbed.save()
+        return testbed
     api = testbed.api()
     _install_apis(api, legacy_computedomain_crd=legacy_computedomain_crd)
     _start_control_loops(supervisor, binaries, testbed)
