@@ -17,6 +17,12 @@ def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
 
 
 @pytest.fixture
+def lws_replicas(testbed: cluster.Testbed, lws_controller: list[controllers.Replica]) -> list[controllers.Replica]:
+    """The mnnvl-lws replicas running now (tests may have restarted them since the session began)."""
+    return controllers.running_replicas(testbed)
+
+
+@pytest.fixture
 def ns(api: kube.Kube, request: pytest.FixtureRequest, lws_controller: list[controllers.Replica]) -> Iterator[str]:
     """A namespace per test; afterwards, the DRA simulator must have recorded no teardown of an in-use domain."""
     prefix = request.node.name.replace("_", "-").lower().removeprefix("test-")

@@ -90,6 +90,7 @@ def test_only_the_lease_holder_reconciles_and_a_killed_holder_hands_over(
     pid = processes.Supervisor(testbed.state_dir).pid(holder)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
+    controllers.point_webhooks_at(testbed, by_name[follower])  # what the webhook Service would do
     testing.wait_for(
         lambda: api.request("GET", LEASE_PATH)["spec"].get("holderIdentity") == follower,
         what=f"{follower} to take the Lease over",

@@ -146,7 +146,7 @@ def lease_held(replica: controllers.Replica) -> bool:
 
 
 def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
-    api: kube.Kube, ns: str, lws_controller: list[controllers.Replica]
+    api: kube.Kube, ns: str, lws_replicas: list[controllers.Replica]
 ) -> None:
     """If a ComputeDomain with the generated name exists and is not managed by the same workload, LWS does not adopt it. It emits an UnexpectedComputeDomainOwner Warning event and keeps the leader gated."""
     # Hold the controller's Lease so nothing reconciles while the foreign domain is put in place.
@@ -158,9 +158,7 @@ def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
     }
     api.request("PUT", LEASE_PATH, body=held)
     try:
-        testing.wait_for(
-            lambda: not lease_held(lws_controller[0]), what="mnnvl-lws to see it lost the Lease", timeout=30
-        )
+        testing.wait_for(lambda: not lease_held(lws_replicas[0]), what="mnnvl-lws to see it lost the Lease", timeout=30)
         workloads.create_lws(api, ns, workloads.lws_manifest("clash", replicas=1, size=2))
         leader = testing.wait_for(
             lambda: api.get("v1", "pods", "clash-0", namespace=ns), what="the leader pod", timeout=60

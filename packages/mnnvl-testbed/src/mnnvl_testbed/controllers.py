@@ -99,16 +99,25 @@ def start_lws(
     for replica in started:
         _wait_healthy(supervisor, replica)
     (work / "replicas.json").write_text(json.dumps([dataclasses.asdict(r) for r in started]))
+    point_webhooks_at(testbed, started[0])
+    return started
+
+
+def point_webhooks_at(testbed: cluster.Testbed, replica: Replica) -> None:
+    """Register mnnvl-lws's webhooks with `replica` as their endpoint.
+
+    In a cluster a Service spreads webhook calls over all ready replicas; here there is no Service, so when a
+    replica goes away the testbed re-points the webhooks, as endpoint removal would.
+    """
     ca_bundle = base64.b64encode(testbed.ca_cert.read_bytes()).decode()
-    first = started[0]
 
     def client_config(path: str) -> dict[str, object]:
-        return {"url": f"https://127.0.0.1:{first.webhook_port}{path}", "caBundle": ca_bundle}
+        return {"url": f"https://127.0.0.1:{replica.webhook_port}{path}", "caBundle": ca_bundle}
 
+    client = testbed.api()
     for configuration in registration.configurations(client_config):
         plural = str(configuration["kind"]).lower() + "s"
         client.apply(configuration, plural)
-    return started
 
 
 def running_replicas(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> list[Replica]:
