@@ -3,14 +3,13 @@ reconciles them one at a time: stores → snapshot → plan → executor."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_runtime import metrics, operator
+from mnnvl_runtime import metrics, operator, workqueue
 
 from . import executor, planner, state
 
@@ -20,43 +19,22 @@ RETRY_SECONDS = 2.0
 
 
 class Reconciler:
-    """A de-duplicating queue of LeaderWorkerSets to reconcile, worked only while holding the Lease."""
+    """Reconciles one LeaderWorkerSet at a time: stores → snapshot → plan → executor."""
 
     def __init__(self, context: operator.Context, stores: state.Stores) -> None:
         self.context = context
         self.stores = stores
         self.executor = executor.Executor(context.client, context.identity.reporting_component)
-        self.queue: asyncio.Queue[state.NamespacedName] = asyncio.Queue()
-        self.pending: set[state.NamespacedName] = set()
+        self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
+            context.elector, self.reconcile, kind="LeaderWorkerSet", retry_seconds=RETRY_SECONDS
+        )
 
     def enqueue(self, *workloads: state.NamespacedName) -> None:
-        for workload in workloads:
-            if workload not in self.pending:
-                self.pending.add(workload)
-                self.queue.put_nowait(workload)
+        self.queue.enqueue(*workloads)
 
-    async def run(self) -> None:
-        while True:
-            await self.context.elector.leading_event.wait()
-            workload = await self.queue.get()
-            self.pending.discard(workload)
-            if not self.context.elector.is_leader:
-                continue  # lost the Lease while waiting; the next holder resyncs everything
-            try:
-                snapshot = self.stores.snapshot(*workload, gate_enabled=self.context.gate_enabled)
-                await self.executor.apply(snapshot, planner.plan(snapshot))
-            except Exception:  # a failed pass is retried; one bad workload must not stop the others
-                metrics.RECONCILE_ERRORS.labels(kind="LeaderWorkerSet").inc()
-                log.exception("reconcile failed", extra={"namespace": workload[0], "lws": workload[1]})
-                asyncio.get_running_loop().call_later(RETRY_SECONDS, self.enqueue, workload)
-
-    async def resync(self) -> None:
-        """Queue everything periodically and on gaining the Lease: level-triggered, so missed events heal."""
-        while True:
-            await self.context.elector.leading_event.wait()
-            self.enqueue(*self.stores.workload_keys())
-            self.publish_gauges()
-            await asyncio.sleep(RESYNC_SECONDS)
+    async def reconcile(self, workload: state.NamespacedName) -> None:
+        snapshot = self.stores.snapshot(*workload, gate_enabled=self.context.gate_enabled)
+        await self.executor.apply(snapshot, planner.plan(snapshot))
 
     def publish_gauges(self) -> None:
         counts = {"pending": 0, "ready": 0, "terminating": 0}
@@ -90,18 +68,7 @@ async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
     global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
     context = operator.context_of(memo)
     _reconciler = Reconciler(context, STORES)
-    memo["tasks"] = [
-        asyncio.create_task(_reconciler.run(), name="reconcile"),
-        asyncio.create_task(_reconciler.resync(), name="resync"),
-    ]
-    for task in memo["tasks"]:
-        task.add_done_callback(_report_death)
-
-
-def _report_death(task: asyncio.Task[None]) -> None:
-    """A loop that must run forever ended: say so loudly (a silent controller is the worst failure)."""
-    if not task.cancelled() and task.exception() is not None:
-        log.critical("controller loop died", extra={"task": task.get_name()}, exc_info=task.exception())
+    memo["tasks"] = _reconciler.queue.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges)
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)

@@ -38,6 +38,10 @@ class Index(Generic[Key, Value]):
     def get(self, key: Key) -> dict[ObjectKey, Value]:
         return self._by_key.get(key, {})
 
+    def groups_of(self, obj: ObjectKey) -> tuple[Key, ...]:
+        """The keys `obj` contributes to."""
+        return self._keys_of.get(obj, ())
+
     def first(self, key: Key) -> Value | None:
         return next(iter(self.get(key).values()), None)
 
