@@ -39,6 +39,7 @@ async def start(memo: Any, **_: Any) -> None:
             domain, template_in_use=STORES.template_in_use(domain), gate_enabled=context.gate_enabled
         )
         await executor.apply(context.client, domain, action)
+        publish_gauges()
 
     _queue = workqueue.WorkQueue(context.elector, guard, kind="ComputeDomain")
     memo["tasks"] = _queue.start(STORES.domain_keys, every=RESYNC_SECONDS, then=publish_gauges)

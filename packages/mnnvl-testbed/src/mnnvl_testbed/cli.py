@@ -7,6 +7,8 @@ import json
 import pathlib
 import sys
 
+from mnnvl_api import keys
+
 from . import building, cluster, controllers, processes
 
 
@@ -44,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             testbed = cluster.up(state_dir, nodes=args.nodes, legacy_computedomain_crd=args.legacy_computedomain_crd)
             if args.with_controllers:
-                for replica in controllers.start_lws(testbed, gate=args.gate == "enabled"):
+                for replica in [
+                    *controllers.start(testbed, keys.LWS_CONTROLLER, gate=args.gate == "enabled"),
+                    *controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=args.gate == "enabled"),
+                ]:
                     print(
                         f"{replica.name}: webhooks on 127.0.0.1:{replica.webhook_port}, "
                         f"metrics on http://127.0.0.1:{replica.metrics_port}/metrics (AutoComputeDomain {args.gate})"

@@ -12,16 +12,24 @@ import json
 import socket
 import sys
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 
-from mnnvl_api import keys
-from mnnvl_lws import registration
+from mnnvl_api import keys, models
+from mnnvl_guardian import registration as guardian_registration
+from mnnvl_lws import registration as lws_registration
 from mnnvl_runtime import certs, kube
 
 from . import cluster, processes, waiting
 
 NAMESPACE = "mnnvl-system"
+ClientConfig = Callable[[str], dict[str, Any]]
+WEBHOOK_KINDS = (
+    ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "mutating"),
+    ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration", "validating"),
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,8 +40,27 @@ class Replica:
     health_port: int
 
 
-def replica_names(state: cluster.Testbed, controller: str) -> list[str]:
-    return [name for name in processes.Supervisor(state.state_dir).names() if name.startswith(f"{controller}-")]
+@dataclasses.dataclass(frozen=True)
+class Controller:
+    module: str
+    webhooks: Callable[[ClientConfig, models.Configuration], list[dict[str, Any]]]
+
+
+CONTROLLERS = {
+    keys.LWS_CONTROLLER: Controller(
+        "mnnvl_lws", lambda client_config, _: lws_registration.configurations(client_config)
+    ),
+    keys.GUARDIAN_CONTROLLER: Controller(
+        "mnnvl_guardian",
+        lambda client_config, configuration: guardian_registration.configurations(
+            client_config, configuration.compute_domain.deletion_protection
+        ),
+    ),
+}
+
+
+def replica_names(testbed: cluster.Testbed, controller: str) -> list[str]:
+    return [name for name in processes.Supervisor(testbed.state_dir).names() if name.startswith(f"{controller}-")]
 
 
 def stop(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> None:
@@ -45,22 +72,29 @@ def stop(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> Non
 def start_lws(
     testbed: cluster.Testbed, *, gate: bool = True, replicas: int = 1, extra_config: dict[str, object] | None = None
 ) -> list[Replica]:
-    """(Re)start mnnvl-lws with `replicas` processes and point its webhooks at the first one."""
-    controller = keys.LWS_CONTROLLER
+    return start(testbed, keys.LWS_CONTROLLER, gate=gate, replicas=replicas, extra_config=extra_config)
+
+
+def start(
+    testbed: cluster.Testbed,
+    controller: str,
+    *,
+    gate: bool = True,
+    replicas: int = 1,
+    extra_config: dict[str, object] | None = None,
+) -> list[Replica]:
+    """(Re)start `controller` with `replicas` processes and point its webhooks at the first one."""
     stop(testbed, controller)
     client = testbed.api()
     client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "namespaces")
     work = testbed.state_dir / "controllers" / controller
     cert_dir = work / "certs"
     ca = certs.KeyPair(testbed.ca_cert, testbed.state_dir / "pki" / "ca.key")
-    certs.issue(
-        ca,
-        certs.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key"),
-        common_name=controller,
-        hosts=("127.0.0.1", "localhost"),
-    )
+    serving = certs.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key")
+    certs.issue(ca, serving, common_name=controller, hosts=("127.0.0.1", "localhost"))
     supervisor = processes.Supervisor(testbed.state_dir)
     started: list[Replica] = []
+    configuration: dict[str, Any] = {}
     for index in range(replicas):
         replica = Replica(
             name=f"{controller}-{index}",
@@ -68,7 +102,6 @@ def start_lws(
             metrics_port=processes.free_port(),
             health_port=processes.free_port(),
         )
-        config_file = work / f"{replica.name}.yaml"
         configuration = {
             "apiVersion": "config.lws.x-k8s.io/v1",
             "kind": "Configuration",
@@ -82,10 +115,11 @@ def start_lws(
             },
             **(extra_config or {}),
         }
+        config_file = work / f"{replica.name}.yaml"
         config_file.write_text(yaml.safe_dump(configuration))
         supervisor.start(
             replica.name,
-            [sys.executable, "-m", "mnnvl_lws"],
+            [sys.executable, "-m", CONTROLLERS[controller].module],
             env={
                 "KUBECONFIG": str(testbed.kubeconfig),
                 "MNNVL_CONFIG_FILE": str(config_file),
@@ -99,25 +133,38 @@ def start_lws(
     for replica in started:
         _wait_healthy(supervisor, replica)
     (work / "replicas.json").write_text(json.dumps([dataclasses.asdict(r) for r in started]))
-    point_webhooks_at(testbed, started[0])
+    (work / "configuration.json").write_text(json.dumps(configuration))
+    point_webhooks_at(testbed, started[0], controller)
     return started
 
 
-def point_webhooks_at(testbed: cluster.Testbed, replica: Replica) -> None:
-    """Register mnnvl-lws's webhooks with `replica` as their endpoint.
+def point_webhooks_at(testbed: cluster.Testbed, replica: Replica, controller: str = keys.LWS_CONTROLLER) -> None:
+    """Register `controller`'s webhooks with `replica` as their endpoint, and drop those it does not serve.
 
     In a cluster a Service spreads webhook calls over all ready replicas; here there is no Service, so when a
     replica goes away the testbed re-points the webhooks, as endpoint removal would.
     """
     ca_bundle = base64.b64encode(testbed.ca_cert.read_bytes()).decode()
 
-    def client_config(path: str) -> dict[str, object]:
+    def client_config(path: str) -> dict[str, Any]:
         return {"url": f"https://127.0.0.1:{replica.webhook_port}{path}", "caBundle": ca_bundle}
 
+    saved = testbed.state_dir / "controllers" / controller / "configuration.json"
+    configuration = models.Configuration.model_validate(json.loads(saved.read_text()))
+    wanted = CONTROLLERS[controller].webhooks(client_config, configuration)
     client = testbed.api()
-    for configuration in registration.configurations(client_config):
-        plural = str(configuration["kind"]).lower() + "s"
-        client.apply(configuration, plural)
+    for plural, kind, suffix in WEBHOOK_KINDS:
+        if not any(c["kind"] == kind for c in wanted):
+            client.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=f"{controller}-{suffix}"))
+    for webhook_configuration in wanted:
+        client.apply(webhook_configuration, str(webhook_configuration["kind"]).lower() + "s")
+
+
+def unregister(testbed: cluster.Testbed, controller: str) -> None:
+    """Remove `controller`'s webhook configurations, as uninstalling it would."""
+    client = testbed.api()
+    for plural, _, suffix in WEBHOOK_KINDS:
+        client.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=f"{controller}-{suffix}"))
 
 
 def running_replicas(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> list[Replica]:
@@ -126,15 +173,6 @@ def running_replicas(testbed: cluster.Testbed, controller: str = keys.LWS_CONTRO
         return []
     alive = set(replica_names(testbed, controller))
     return [Replica(**r) for r in json.loads(path.read_text()) if r["name"] in alive]
-
-
-def unregister(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> None:
-    client = testbed.api()
-    for kind, plural in (
-        ("mutating", "mutatingwebhookconfigurations"),
-        ("validating", "validatingwebhookconfigurations"),
-    ):
-        client.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=f"{controller}-{kind}"))
 
 
 def _wait_healthy(supervisor: processes.Supervisor, replica: Replica) -> None:

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     testbed = cluster.up(cluster.default_state_dir())
     replicas = controllers.start_lws(testbed, gate=True)
+    controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
     client = testbed.api()
     testing.wait_for(
         lambda: (

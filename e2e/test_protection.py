@@ -1,0 +1,212 @@
+"""Protection finalizer: each managed ComputeDomain carries leaderworkerset.sigs.k8s.io/compute-domain-protection,
+released only once no Pod references its ResourceClaimTemplate (mnnvl-guardian)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from mnnvl_api import keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, controllers, processes, testing
+
+from . import workloads
+
+GUARDIAN = keys.GUARDIAN_CONTROLLER
+
+
+@pytest.fixture
+def guardian_alone(testbed: cluster.Testbed, lws_replicas: list[controllers.Replica]) -> Iterator[None]:
+    """After the test workload runs, the test stops mnnvl-lws, so only the guardian looks after domains."""
+    yield
+    controllers.start(testbed, GUARDIAN, gate=True)
+    controllers.start_lws(testbed, gate=True)
+
+
+def stop_lws(testbed: cluster.Testbed) -> None:
+    controllers.stop(testbed, keys.LWS_CONTROLLER)
+    controllers.unregister(testbed, keys.LWS_CONTROLLER)
+
+
+def guardian_metric(testbed: cluster.Testbed, name: str) -> float:
+    [replica] = controllers.running_replicas(testbed, GUARDIAN)
+    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def running_workload(api: kube.Kube, ns: str, name: str) -> str:
+    """A one-group LWS running on its domain; returns the domain's name."""
+    workloads.create_lws(api, ns, workloads.lws_manifest(name, replicas=1, size=2))
+    [domain] = set(workloads.group_domains(workloads.wait_groups_running(api, ns, name, replicas=1, size=2)).values())
+    assert domain is not None
+    return domain
+
+
+def domain_path(ns: str, name: str) -> str:
+    return kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name=name)
+
+
+def held_by_protection(api: kube.Kube, ns: str, name: str) -> kube.Object:
+    """Wait until the domain is Terminating with only the protection finalizer left (the driver has let go)."""
+    return testing.wait_for(
+        lambda: (
+            (d := api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns))
+            and d["metadata"].get("deletionTimestamp")
+            and d["metadata"].get("finalizers") == [keys.PROTECTION_FINALIZER]
+            and d
+        ),
+        what=f"{name} Terminating, held by the protection finalizer",
+        state=testing.state_of(lambda: workloads.summary(api, ns)),
+        timeout=30,
+    )
+
+
+def gone_only_after_its_pods(api: kube.Kube, ns: str, name: str) -> None:
+    """Wait for the domain to disappear, failing at once if it disappears while a pod still exists."""
+
+    def gone() -> bool:
+        pods = testing.pods(api, ns)
+        present = api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns) is not None
+        assert present or not pods, f"{name} was released while pods still existed: {testing.placement(pods)}"
+        return not present
+
+    testing.wait_for(
+        gone, what=f"{name} gone after its pods", state=testing.state_of(lambda: workloads.summary(api, ns)), timeout=90
+    )
+
+
+@pytest.mark.in_use_teardown_expected
+def test_a_directly_deleted_domain_stays_terminating_until_its_pods_are_gone(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, guardian_alone: None
+) -> None:
+    """When a ComputeDomain is deleted directly, LWS removes the finalizer only once no Pod references its ResourceClaimTemplate."""
+    domain = running_workload(api, ns, "direct")
+    stop_lws(testbed)
+    api.request("DELETE", domain_path(ns, domain))
+    held_by_protection(api, ns, domain)
+    testing.wait_for(
+        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
+        what="the guardian to have seen the deletion and kept the domain",
+        timeout=30,
+    )
+    assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+    api.request("DELETE", workloads.lws_path(ns, "direct"))
+    gone_only_after_its_pods(api, ns, domain)
+
+
+def test_a_foreign_domain_is_never_touched(api: kube.Kube, ns: str) -> None:
+    """The guardian never adds or removes the protection finalizer on a ComputeDomain mnnvl does not manage."""
+    name = "lookalike-0-x7k2b"
+    api.request(
+        "POST",
+        kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns),
+        body={
+            "apiVersion": workloads.CD_API,
+            "kind": "ComputeDomain",
+            "metadata": {"name": name, "labels": {keys.WORKLOAD_NAME_LABEL: "lookalike"}},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+        },
+    )
+    seen = testing.wait_for(
+        lambda: (
+            (d := api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns))
+            and "resource.nvidia.com/computeDomain" in d["metadata"].get("finalizers", [])
+            and d
+        ),
+        what="the driver to pick the domain up",
+        timeout=30,
+    )
+    assert keys.PROTECTION_FINALIZER not in seen["metadata"]["finalizers"]
+    api.request("DELETE", domain_path(ns, name))
+    testing.wait_for(
+        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns) is None,
+        what="the foreign domain deleted without delay",
+        timeout=30,
+    )
+
+
+def test_a_domain_deleted_while_the_gate_is_disabled_stays_terminating(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, guardian_alone: None
+) -> None:
+    """A ComputeDomain that is deleted while the gate is disabled stays in Terminating until the leaderworkerset.sigs.k8s.io/compute-domain-protection finalizer is removed by re-enabling the gate or by hand, after its Pods are gone."""
+    domain = running_workload(api, ns, "paused")
+    stop_lws(testbed)
+    api.request("DELETE", workloads.lws_path(ns, "paused"))
+    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+    controllers.start(testbed, GUARDIAN, gate=False)
+    api.request("DELETE", domain_path(ns, domain))
+    held_by_protection(api, ns, domain)
+    testing.wait_for(
+        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
+        what="the guardian (gate off) to have seen the deletion and kept the domain",
+        timeout=30,
+    )
+    assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+    controllers.start(testbed, GUARDIAN, gate=True)
+    testing.wait_for(
+        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
+        what="the domain released once the gate is back on",
+        timeout=60,
+    )
+
+
+def test_deny_mode_refuses_to_delete_an_in_use_domain_naming_its_pods(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, guardian_alone: None
+) -> None:
+    """In Deny mode the deletion of an in-use managed domain is refused, naming its pods, so the driver never tears it down."""
+    controllers.start(testbed, GUARDIAN, gate=True, extra_config={"computeDomain": {"deletionProtection": "Deny"}})
+    domain = running_workload(api, ns, "denied")
+    stop_lws(testbed)
+    message = workloads.rejection(lambda: api.request("DELETE", domain_path(ns, domain)))
+    assert (
+        f"ComputeDomain {domain} is in use by pods denied-0, denied-0-1: deleting it now would tear down IMEX"
+        in message
+    )
+    assert 'Scale down or delete the workload that owns it (workload "denied")' in message
+    assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+    assert guardian_metric(testbed, "mnnvl_domain_deletions_refused_total") >= 1
+    api.request("DELETE", workloads.lws_path(ns, "denied"))
+    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+    api.request("DELETE", domain_path(ns, domain))
+    testing.wait_for(
+        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
+        what="the unused domain deleted",
+        timeout=60,
+    )
+    assert workloads.in_use_teardowns(api, ns) == []
+
+
+@pytest.mark.in_use_teardown_expected
+def test_a_guardian_killed_and_restarted_midway_loses_nothing(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, guardian_alone: None
+) -> None:
+    """A guardian killed mid-way releases nothing early and still releases the domain once it is back."""
+    domain = running_workload(api, ns, "crash")
+    stop_lws(testbed)
+    api.request("DELETE", domain_path(ns, domain))
+    held_by_protection(api, ns, domain)
+    testing.wait_for(
+        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
+        what="the guardian to have seen the deletion",
+        timeout=30,
+    )
+    [replica] = controllers.running_replicas(testbed, GUARDIAN)
+    pid = processes.Supervisor(testbed.state_dir).pid(replica.name)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    api.request("DELETE", workloads.lws_path(ns, "crash"))
+    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+    assert held_by_protection(api, ns, domain)["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]
+    controllers.start(testbed, GUARDIAN, gate=True)
+    testing.wait_for(
+        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
+        what="the domain released by the restarted guardian",
+        timeout=60,
+    )

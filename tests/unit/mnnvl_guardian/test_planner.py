@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import pytest
+
+from mnnvl_api import keys
+from mnnvl_api.decisions import domains
+from mnnvl_guardian import planner, state
+
+from ..mnnvl_lws import build
+
+Action = planner.Action
+
+
+@pytest.mark.parametrize(
+    ("domain", "in_use", "gate", "expected"),
+    [
+        pytest.param(build.domain("d", protected=False), False, True, Action.PROTECT, id="managed-unprotected"),
+        pytest.param(build.domain("d"), True, True, Action.NOTHING, id="managed-protected-live"),
+        pytest.param(build.domain("d", deleting=True), True, True, Action.NOTHING, id="deleting-in-use"),
+        pytest.param(build.domain("d", deleting=True), False, True, Action.RELEASE, id="deleting-unused"),
+        pytest.param(build.domain("d", deleting=True), False, False, Action.NOTHING, id="gate-disabled"),
+        pytest.param(
+            build.domain("d", deleting=True, protected=False), False, True, Action.NOTHING, id="already-released"
+        ),
+        pytest.param(
+            build.domain("d", deleting=False, protected=False, manager=keys.DS_CONTROLLER),
+            False,
+            True,
+            Action.PROTECT,
+            id="slice-domain",
+        ),
+        pytest.param(
+            build.domain("d", owner_uid=None, manager=None, protected=False, workload_name=None),
+            False,
+            True,
+            Action.NOTHING,
+            id="foreign",
+        ),
+        pytest.param(
+            build.domain("d", owner_uid=None, manager=None, deleting=True, workload_name=None),
+            False,
+            True,
+            Action.NOTHING,
+            id="foreign-deleting",
+        ),
+    ],
+)
+def test_the_guardian_decides_per_domain(
+    domain: domains.DomainFacts, in_use: bool, gate: bool, expected: Action
+) -> None:
+    assert planner.decide(domain, template_in_use=in_use, gate_enabled=gate) is expected
+
+
+def test_a_refusal_names_a_few_pods_and_how_to_proceed() -> None:
+    message = planner.refusal(build.domain("dsr1-0-x7k2b"), ["p5", "p1", "p3", "p2", "p4"])
+    assert message == (
+        "ComputeDomain dsr1-0-x7k2b is in use by pods p1, p2, p3 and 2 more: deleting it now would tear down IMEX "
+        'under them (CUDA error 719). Scale down or delete the workload that owns it (workload "deepseek-r1"); '
+        "its ComputeDomain is deleted automatically once its pods are gone"
+    )
+
+
+def test_unused_or_foreign_domains_are_not_refused() -> None:
+    assert planner.refusal(build.domain("d"), []) is None
+    assert planner.refusal(build.domain("d", owner_uid=None, manager=None, workload_name=None), ["p"]) is None
+
+
+def pod(name: str, template: str, phase: str = "Running") -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "namespace": "serving"},
+        "spec": {"resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": template}]},
+        "status": {"phase": phase},
+    }
+
+
+def managed(name: str) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "serving",
+            "labels": {keys.OWNER_UID_LABEL: build.UID, keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER},
+            "finalizers": [keys.PROTECTION_FINALIZER],
+        },
+        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
+
+
+def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
+    stores = state.Stores()
+    assert stores.observe_domain(managed("d1"), deleted=False) == ("serving", "d1")
+    assert stores.observe_pod(pod("p", "d1-channel"), deleted=False) == [("serving", "d1")]
+    facts = stores.domain(("serving", "d1"))
+    assert facts is not None
+    assert stores.template_in_use(facts)
+    assert stores.observe_pod(pod("p", "d1-channel", phase="Succeeded"), deleted=False) == [("serving", "d1")]
+    assert not stores.template_in_use(facts)
+
+
+def test_foreign_domains_are_not_stored() -> None:
+    stores = state.Stores()
+    foreign = managed("f")
+    foreign["metadata"]["labels"] = {}  # type: ignore[index]
+    assert stores.observe_domain(foreign, deleted=False) is None
+    assert stores.domain_keys() == []
