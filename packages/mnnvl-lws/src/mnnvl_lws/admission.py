@@ -19,7 +19,7 @@ import kopf
 from mnnvl_api import errors, keys, names
 from mnnvl_runtime import kube, metrics, operator, preflight
 
-from . import decisions, handlers, state
+from . import decisions, state
 
 log = logging.getLogger(__name__)
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
@@ -124,7 +124,7 @@ def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> 
         domain = None if position.is_leader else _leader_domain(context, namespace, position.leader)
         recorded = (pod["metadata"].get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
         known = recorded or domain
-        ready = known is not None and handlers.STORES.domain_ready(namespace, known, position.lws)
+        ready = known is not None and state.STORES.domain_ready(namespace, known, position.lws)
         admission = decisions.admit_pod(pod, domain=domain, new_token=new_token(), domain_ready=ready)
         if admission.errors:
             raise reject(admission.errors)
@@ -149,7 +149,7 @@ def new_token() -> str:
 
 def _leader_domain(context: operator.Context, namespace: str, leader: str) -> str | None:
     """The domain recorded on the worker's leader pod: from the watch cache, else read from the API."""
-    for facts in handlers.STORES.pods.get((namespace, leader.rsplit("-", 1)[0])).values():
+    for facts in state.STORES.pods.get((namespace, leader.rsplit("-", 1)[0])).values():
         if facts.name == leader and facts.domain:
             return facts.domain
     pod = context.client.get("v1", "pods", leader, namespace=namespace)

@@ -54,7 +54,7 @@ class Reconciler:
         metrics.GATED_PODS.labels(scope=keys.SCOPE_REPLICA).set(gated)
 
 
-STORES = state.Stores()
+STORES = state.STORES
 _reconciler: Reconciler | None = None
 
 

@@ -159,3 +159,7 @@ def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planne
         terminal=not references.is_non_terminal(pod),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+#: The one store of this process: fed by the watch handlers, read by reconciliation and admission.
+STORES = Stores()
