@@ -43,4 +43,4 @@ def refuse_in_use_deletion(body: kopf.Body, memo: Any, **_: Any) -> None:
     if reason is not None:
         telemetry.REFUSALS.inc()
         log.info("deletion refused", extra={"namespace": domain.namespace, "compute_domain": domain.name})
-        raise kopf.AdmissionError(reason, code=409)
+        raise kopf.AdmissionError(reason, code=403)
