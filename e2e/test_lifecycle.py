@@ -165,16 +165,7 @@ def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
         )
         name = workloads.domain_of(leader)
         assert name is not None
-        api.request(
-            "POST",
-            kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns),
-            body={
-                "apiVersion": workloads.CD_API,
-                "kind": "ComputeDomain",
-                "metadata": {"name": name, "labels": {"team": "someone-else"}},
-                "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-            },
-        )
+        workloads.create_foreign_domain(api, ns, name, {"team": "someone-else"})
     finally:
         api.request(
             "PATCH",

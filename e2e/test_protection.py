@@ -68,6 +68,18 @@ def held_by_protection(api: kube.Kube, ns: str, name: str) -> kube.Object:
     )
 
 
+def delete_and_see_it_kept(api: kube.Kube, ns: str, testbed: cluster.Testbed, domain: str) -> None:
+    """Delete the domain directly and wait until the guardian has seen the deletion and kept the finalizer."""
+    api.request("DELETE", domain_path(ns, domain))
+    held_by_protection(api, ns, domain)
+    testing.wait_for(
+        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
+        what="the guardian to have seen the deletion and kept the domain",
+        timeout=30,
+    )
+    assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+
+
 def gone_only_after_its_pods(api: kube.Kube, ns: str, name: str) -> None:
     """Wait for the domain to disappear, failing at once if it disappears while a pod still exists."""
 
@@ -89,14 +101,7 @@ def test_a_directly_deleted_domain_stays_terminating_until_its_pods_are_gone(
     """When a ComputeDomain is deleted directly, LWS removes the finalizer only once no Pod references its ResourceClaimTemplate."""
     domain = running_workload(api, ns, "direct")
     stop_lws(testbed)
-    api.request("DELETE", domain_path(ns, domain))
-    held_by_protection(api, ns, domain)
-    testing.wait_for(
-        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
-        what="the guardian to have seen the deletion and kept the domain",
-        timeout=30,
-    )
-    assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+    delete_and_see_it_kept(api, ns, testbed, domain)
     api.request("DELETE", workloads.lws_path(ns, "direct"))
     gone_only_after_its_pods(api, ns, domain)
 
@@ -104,16 +109,7 @@ def test_a_directly_deleted_domain_stays_terminating_until_its_pods_are_gone(
 def test_a_foreign_domain_is_never_touched(api: kube.Kube, ns: str) -> None:
     """The guardian never adds or removes the protection finalizer on a ComputeDomain mnnvl does not manage."""
     name = "lookalike-0-x7k2b"
-    api.request(
-        "POST",
-        kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns),
-        body={
-            "apiVersion": workloads.CD_API,
-            "kind": "ComputeDomain",
-            "metadata": {"name": name, "labels": {keys.WORKLOAD_NAME_LABEL: "lookalike"}},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-        },
-    )
+    workloads.create_foreign_domain(api, ns, name, {keys.WORKLOAD_NAME_LABEL: "lookalike"})
     seen = testing.wait_for(
         lambda: (
             (d := api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns))
@@ -141,14 +137,7 @@ def test_a_domain_deleted_while_the_gate_is_disabled_stays_terminating(
     api.request("DELETE", workloads.lws_path(ns, "paused"))
     testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
     controllers.start(testbed, GUARDIAN, gate=False)
-    api.request("DELETE", domain_path(ns, domain))
-    held_by_protection(api, ns, domain)
-    testing.wait_for(
-        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
-        what="the guardian (gate off) to have seen the deletion and kept the domain",
-        timeout=30,
-    )
-    assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+    delete_and_see_it_kept(api, ns, testbed, domain)
     controllers.start(testbed, GUARDIAN, gate=True)
     testing.wait_for(
         lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
@@ -190,13 +179,7 @@ def test_a_guardian_killed_and_restarted_midway_loses_nothing(
     """A guardian killed mid-way releases nothing early and still releases the domain once it is back."""
     domain = running_workload(api, ns, "crash")
     stop_lws(testbed)
-    api.request("DELETE", domain_path(ns, domain))
-    held_by_protection(api, ns, domain)
-    testing.wait_for(
-        lambda: guardian_metric(testbed, "mnnvl_protected_domains_terminating") == 1.0,
-        what="the guardian to have seen the deletion",
-        timeout=30,
-    )
+    delete_and_see_it_kept(api, ns, testbed, domain)
     [replica] = controllers.running_replicas(testbed, GUARDIAN)
     pid = processes.Supervisor(testbed.state_dir).pid(replica.name)
     assert pid is not None

@@ -161,3 +161,17 @@ def wait_domains(api: kube.Kube, ns: str, expected: set[str]) -> dict[str, kube.
 
 def in_use_teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
     return [t for t in testing.teardowns(api, ns) if t["referencing_pods"]]
+
+
+def create_foreign_domain(api: kube.Kube, ns: str, name: str, labels: dict[str, str]) -> kube.Object:
+    """A ComputeDomain someone else made: none of mnnvl's management labels."""
+    return api.request(
+        "POST",
+        kube.path_of(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns),
+        body={
+            "apiVersion": CD_API,
+            "kind": "ComputeDomain",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+        },
+    )

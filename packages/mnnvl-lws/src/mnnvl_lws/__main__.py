@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from mnnvl_api import keys, models
-from mnnvl_runtime import identity, kube, operator, preflight
+from mnnvl_api import keys
+from mnnvl_runtime import identity, operator
 
 from . import admission, handlers, state
 
@@ -16,15 +16,9 @@ COMPUTE_DOMAIN_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 __all__ = ["admission", "handlers"]
 
 
-def startup_problems(client: kube.Kube, configuration: models.Configuration) -> list[str]:
-    """With the gate on, ComputeDomains must be served and this controller allowed to manage them."""
-    if not configuration.auto_compute_domain:
-        return []
-    return preflight.compute_domain_problems(client, COMPUTE_DOMAIN_VERBS)
-
-
 def main() -> None:
-    sys.exit(operator.run(IDENTITY, state.registry, preflight=startup_problems))
+    preflight = operator.compute_domain_preflight(COMPUTE_DOMAIN_VERBS)
+    sys.exit(operator.run(IDENTITY, state.registry, preflight=preflight))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import kopf
 
 from mnnvl_api import models
 
-from . import certs, identity, kube, leases, logs, metrics, settings
+from . import certs, identity, kube, leases, logs, metrics, preflight, settings
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,18 @@ def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSe
         if process.kubeconfig is not None:
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def compute_domain_preflight(verbs: tuple[str, ...]) -> Callable[[kube.Kube, models.Configuration], list[str]]:
+    """The start-up check of a controller that works on ComputeDomains with `verbs`: with the gate on, the API
+    must be served and this controller allowed to use it; with the gate off, nothing is required."""
+
+    def problems(client: kube.Kube, configuration: models.Configuration) -> list[str]:
+        if not configuration.auto_compute_domain:
+            return []
+        return preflight.compute_domain_problems(client, verbs)
+
+    return problems
 
 
 def context_of(memo: Any) -> Context:
