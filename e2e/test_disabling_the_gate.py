@@ -15,9 +15,10 @@ from . import workloads
 
 @pytest.fixture
 def gate_toggle(testbed: cluster.Testbed, lws_controller: list[controllers.Replica]) -> Iterator[None]:
-    """Lets a test restart mnnvl-lws with the gate off; afterwards it runs with the gate on again."""
+    """Lets a test restart mnnvl's controllers with the gate off; afterwards they run with the gate on again."""
     yield
-    controllers.start_lws(testbed, gate=True)
+    for controller in (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER):
+        controllers.start(testbed, controller, gate=True)
 
 
 def revision(pod: kube.Object) -> str:
@@ -33,7 +34,9 @@ def test_with_the_gate_disabled_lws_stops_managing_compute_domains(
     domains = set(workloads.group_domains(before).values())
     template_before = api.request("GET", workloads.lws_path(ns, "kept"))["spec"]["leaderWorkerTemplate"]
 
-    controllers.start_lws(testbed, gate=False)
+    # The gate is cluster-wide: every controller reads it from the same Configuration.
+    for controller in (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER):
+        controllers.start(testbed, controller, gate=False)
 
     # Opting in is rejected while the feature gate is disabled ...
     message = workloads.rejection(lambda: workloads.create_lws(api, ns, workloads.lws_manifest("late")))
@@ -79,7 +82,8 @@ def test_with_the_gate_disabled_lws_stops_managing_compute_domains(
     assert terminating["metadata"]["deletionTimestamp"]
 
     # Re-enabling the gate: the unreferenced Terminating domain is released; running groups are untouched.
-    controllers.start_lws(testbed, gate=True)
+    for controller in (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER):
+        controllers.start(testbed, controller, gate=True)
     testing.wait_for(
         lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, str(removed), namespace=ns) is None,
         what="the released domain gone",
