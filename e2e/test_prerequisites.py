@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mnnvl_api import keys
-from mnnvl_testbed import cluster, processes, testing
+from mnnvl_testbed import cluster, controllers, processes, testing
 
 
 @pytest.fixture
@@ -43,7 +43,9 @@ class Controller:
         self.started = started
         self.health_port = processes.free_port()
 
-    def start(self, target: cluster.Testbed, *, gate: bool) -> subprocess.Popen[str]:
+    def start(
+        self, target: cluster.Testbed, *, gate: bool, kubeconfig: pathlib.Path | None = None
+    ) -> subprocess.Popen[str]:
         config = self.work / "config.yaml"
         webhook = {"host": "127.0.0.1", "port": processes.free_port(), "certDir": str(self.work / "certs")}
         config.write_text(
@@ -58,7 +60,7 @@ class Controller:
         )
         env = {
             "PATH": "/usr/bin:/bin",
-            "KUBECONFIG": str(target.kubeconfig),
+            "KUBECONFIG": str(kubeconfig or target.kubeconfig),
             "MNNVL_CONFIG_FILE": str(config),
             "MNNVL_GENERATE_WEBHOOK_CERTIFICATE": "true",
             "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{self.health_port}",
@@ -88,6 +90,22 @@ def test_the_controller_exits_at_startup_if_the_gate_is_enabled_and_the_api_is_n
         "mnnvl-lws: cannot start: the ComputeDomain API (computedomains.resource.nvidia.com/v1beta1) is not served: "
         "install the NVIDIA DRA driver (k8s-dra-driver-gpu) with ComputeDomain support, or set the AutoComputeDomain "
         "feature gate to false"
+    ) in stderr
+
+
+def test_the_controller_exits_at_startup_if_it_may_not_manage_compute_domains(
+    testbed: cluster.Testbed, controller_against: Controller
+) -> None:
+    """Without the ComputeDomain RBAC the controller manager fails to start, saying what to grant."""
+    process = controller_against.start(testbed, gate=True, kubeconfig=controllers.user_kubeconfig(testbed, "no-rbac"))
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert (
+        "mnnvl-lws: cannot start: this controller's service account may not get computedomains.resource.nvidia.com, "
+        "list computedomains.resource.nvidia.com, watch computedomains.resource.nvidia.com, create "
+        "computedomains.resource.nvidia.com, delete computedomains.resource.nvidia.com, patch "
+        "computedomains.resource.nvidia.com: enable the chart's ComputeDomain RBAC (featureGates.AutoComputeDomain=true) "
+        "or include the config/components/computedomain kustomize component"
     ) in stderr
 
 

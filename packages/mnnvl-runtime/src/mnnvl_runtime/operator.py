@@ -60,6 +60,7 @@ def kopf_settings(
         port=configuration.webhook.port,
         certfile=str(certfile),
         pkeyfile=str(keyfile),
+        file_check_interval=configuration.webhook.cert_check_interval_seconds,
     )
     return operator
 

@@ -163,7 +163,7 @@ def up(
         organizations=("system:masters",),
         client=True,
     )
-    _write_kubeconfig(testbed, admin)
+    write_kubeconfig(testbed.kubeconfig, testbed, "admin", admin)
 
     _start_etcd(supervisor, binaries["etcd"], testbed)
     _start_apiserver(supervisor, binaries["kube-apiserver"], testbed, ca, pki_dir)
@@ -188,9 +188,9 @@ def _say(echo: bool, message: str) -> None:
         print(message, flush=True)
 
 
-def _write_kubeconfig(testbed: Testbed, admin: certs.KeyPair) -> None:
-    def encoded(path: pathlib.Path) -> str:
-        return base64.b64encode(path.read_bytes()).decode()
+def write_kubeconfig(path: pathlib.Path, testbed: Testbed, user: str, credentials: certs.KeyPair) -> None:
+    def encoded(file: pathlib.Path) -> str:
+        return base64.b64encode(file.read_bytes()).decode()
 
     document = {
         "apiVersion": "v1",
@@ -203,15 +203,18 @@ def _write_kubeconfig(testbed: Testbed, admin: certs.KeyPair) -> None:
         ],
         "users": [
             {
-                "name": "admin",
-                "user": {"client-certificate-data": encoded(admin.cert), "client-key-data": encoded(admin.key)},
+                "name": user,
+                "user": {
+                    "client-certificate-data": encoded(credentials.cert),
+                    "client-key-data": encoded(credentials.key),
+                },
             }
         ],
-        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
+        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
         "current-context": "testbed",
     }
-    testbed.kubeconfig.write_text(yaml.safe_dump(document))
-    testbed.kubeconfig.chmod(0o600)
+    path.write_text(yaml.safe_dump(document))
+    path.chmod(0o600)
 
 
 def _start_etcd(supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import pathlib
 import socket
 import sys
 import urllib.request
@@ -106,7 +107,12 @@ def start(
             "apiVersion": "config.lws.x-k8s.io/v1",
             "kind": "Configuration",
             "featureGates": {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE: gate},
-            "webhook": {"host": "127.0.0.1", "port": replica.webhook_port, "certDir": str(cert_dir)},
+            "webhook": {
+                "host": "127.0.0.1",
+                "port": replica.webhook_port,
+                "certDir": str(cert_dir),
+                "certCheckIntervalSeconds": 1,
+            },
             "leaderElection": {
                 "leaderElect": True,
                 "leaseDurationSeconds": 6,
@@ -165,6 +171,20 @@ def unregister(testbed: cluster.Testbed, controller: str) -> None:
     client = testbed.api()
     for plural, _, suffix in WEBHOOK_KINDS:
         client.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=f"{controller}-{suffix}"))
+
+
+def user_kubeconfig(testbed: cluster.Testbed, user: str) -> pathlib.Path:
+    """A kubeconfig for `user`, authenticated by a client certificate and granted nothing by RBAC."""
+    ca = certs.KeyPair(testbed.ca_cert, testbed.state_dir / "pki" / "ca.key")
+    pair = certs.issue(
+        ca,
+        certs.KeyPair(testbed.state_dir / "pki" / f"{user}.crt", testbed.state_dir / "pki" / f"{user}.key"),
+        common_name=user,
+        client=True,
+    )
+    path = testbed.state_dir / f"{user}.kubeconfig"
+    cluster.write_kubeconfig(path, testbed, user, pair)
+    return path
 
 
 def running_replicas(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> list[Replica]:

@@ -33,6 +33,8 @@ class WebhookSettings(KubeModel):
     host: str = "0.0.0.0"
     port: int = pydantic.Field(default=9443, ge=1, le=65535)
     cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    #: How often the serving certificate files are re-read; a change (cert-manager rotation) restarts serving.
+    cert_check_interval_seconds: float = pydantic.Field(default=60.0, gt=0)
 
 
 class LeaderElectionSettings(KubeModel):
