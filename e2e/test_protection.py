@@ -80,6 +80,18 @@ def delete_and_see_it_kept(api: kube.Kube, ns: str, testbed: cluster.Testbed, do
     assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
 
 
+def wait_gone(api: kube.Kube, ns: str, name: str, what: str) -> None:
+    testing.wait_for(
+        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns) is None, what=what, timeout=60
+    )
+
+
+def delete_workload(api: kube.Kube, ns: str, name: str) -> None:
+    """Delete the LeaderWorkerSet and wait for its pods to be gone."""
+    api.request("DELETE", workloads.lws_path(ns, name))
+    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+
+
 def gone_only_after_its_pods(api: kube.Kube, ns: str, name: str) -> None:
     """Wait for the domain to disappear, failing at once if it disappears while a pod still exists."""
 
@@ -121,11 +133,7 @@ def test_a_foreign_domain_is_never_touched(api: kube.Kube, ns: str) -> None:
     )
     assert keys.PROTECTION_FINALIZER not in seen["metadata"]["finalizers"]
     api.request("DELETE", domain_path(ns, name))
-    testing.wait_for(
-        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns) is None,
-        what="the foreign domain deleted without delay",
-        timeout=30,
-    )
+    wait_gone(api, ns, name, "the foreign domain deleted without delay")
 
 
 def test_a_domain_deleted_while_the_gate_is_disabled_stays_terminating(
@@ -134,16 +142,11 @@ def test_a_domain_deleted_while_the_gate_is_disabled_stays_terminating(
     """A ComputeDomain that is deleted while the gate is disabled stays in Terminating until the leaderworkerset.sigs.k8s.io/compute-domain-protection finalizer is removed by re-enabling the gate or by hand, after its Pods are gone."""
     domain = running_workload(api, ns, "paused")
     stop_lws(testbed)
-    api.request("DELETE", workloads.lws_path(ns, "paused"))
-    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+    delete_workload(api, ns, "paused")
     controllers.start(testbed, GUARDIAN, gate=False)
     delete_and_see_it_kept(api, ns, testbed, domain)
     controllers.start(testbed, GUARDIAN, gate=True)
-    testing.wait_for(
-        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
-        what="the domain released once the gate is back on",
-        timeout=60,
-    )
+    wait_gone(api, ns, domain, "the domain released once the gate is back on")
 
 
 def test_deny_mode_refuses_to_delete_an_in_use_domain_naming_its_pods(
@@ -161,14 +164,9 @@ def test_deny_mode_refuses_to_delete_an_in_use_domain_naming_its_pods(
     assert 'Scale down or delete the workload that owns it (workload "denied")' in message
     assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
     assert guardian_metric(testbed, "mnnvl_domain_deletions_refused_total") >= 1
-    api.request("DELETE", workloads.lws_path(ns, "denied"))
-    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+    delete_workload(api, ns, "denied")
     api.request("DELETE", domain_path(ns, domain))
-    testing.wait_for(
-        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
-        what="the unused domain deleted",
-        timeout=60,
-    )
+    wait_gone(api, ns, domain, "the unused domain deleted")
     assert workloads.in_use_teardowns(api, ns) == []
 
 
@@ -184,12 +182,7 @@ def test_a_guardian_killed_and_restarted_midway_loses_nothing(
     pid = processes.Supervisor(testbed.state_dir).pid(replica.name)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    api.request("DELETE", workloads.lws_path(ns, "crash"))
-    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the workload's pods gone", timeout=60)
+    delete_workload(api, ns, "crash")
     assert held_by_protection(api, ns, domain)["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]
     controllers.start(testbed, GUARDIAN, gate=True)
-    testing.wait_for(
-        lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is None,
-        what="the domain released by the restarted guardian",
-        timeout=60,
-    )
+    wait_gone(api, ns, domain, "the domain released by the restarted guardian")

@@ -12,33 +12,25 @@ D0_NEW = "deepseek-r1-0-bbbbb"
 D1 = "deepseek-r1-1-qqqqq"
 
 
+def expected_labels(group: str) -> dict[str, str]:
+    return {
+        keys.OWNER_UID_LABEL: build.UID,
+        keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER,
+        keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
+        keys.WORKLOAD_NAME_LABEL: "deepseek-r1",
+        keys.GROUP_INDEX_LABEL: group,
+    }
+
+
 def test_each_live_leader_incarnation_gets_its_domain_created_with_our_labels() -> None:
     plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True), build.leader(1, D1, gated=True))))
     assert plan == planner.Plan(
         create=(
             planner.DomainToCreate(
-                name=D0,
-                namespace="serving",
-                claim_template=f"{D0}-channel",
-                labels={
-                    keys.OWNER_UID_LABEL: build.UID,
-                    keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER,
-                    keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
-                    keys.WORKLOAD_NAME_LABEL: "deepseek-r1",
-                    keys.GROUP_INDEX_LABEL: "0",
-                },
+                name=D0, namespace="serving", claim_template=f"{D0}-channel", labels=expected_labels("0")
             ),
             planner.DomainToCreate(
-                name=D1,
-                namespace="serving",
-                claim_template=f"{D1}-channel",
-                labels={
-                    keys.OWNER_UID_LABEL: build.UID,
-                    keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER,
-                    keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
-                    keys.WORKLOAD_NAME_LABEL: "deepseek-r1",
-                    keys.GROUP_INDEX_LABEL: "1",
-                },
+                name=D1, namespace="serving", claim_template=f"{D1}-channel", labels=expected_labels("1")
             ),
         )
     )
