@@ -96,6 +96,11 @@ def status(state_dir: pathlib.Path) -> dict[str, Any]:
     report: dict[str, Any] = {
         "state_dir": str(state_dir),
         "components": {name: "running" if supervisor.alive(name) else "stopped" for name in COMPONENTS},
+        "controllers": {
+            name: "running" if supervisor.alive(name) else "stopped"
+            for name in supervisor.names()
+            if name not in COMPONENTS
+        },
     }
     if testbed is not None:
         report["kubeconfig"] = str(testbed.kubeconfig)

@@ -53,15 +53,24 @@ class Supervisor:
                 ],
                 setsid=True,
             )
-        (self.pids / f"{name}.pid").write_text(str(pid))
+        (self.pids / f"{name}.pid").write_text(f"{pid} {command[0]}")
         return pid
 
     def log(self, name: str) -> pathlib.Path:
         return self.logs / f"{name}.log"
 
     def pid(self, name: str) -> int | None:
+        """The component's pid, if that process is still the one we started (pids get reused after a reboot)."""
         path = self.pids / f"{name}.pid"
-        return int(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        pid_text, _, argv0 = path.read_text().partition(" ")
+        pid = int(pid_text)
+        try:
+            running = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except OSError:
+            return None
+        return pid if running == argv0 else None
 
     def alive(self, name: str) -> bool:
         pid = self.pid(name)
