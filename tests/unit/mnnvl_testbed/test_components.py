@@ -110,3 +110,18 @@ def test_the_workload_claim_template_requests_the_default_channel_and_has_no_own
     }
     request = template["spec"]["spec"]["devices"]["requests"][0]
     assert request == {"name": "channel", "exactly": {"deviceClassName": keys.CHANNEL_DEVICE_CLASS}}
+
+
+def test_a_pid_file_naming_another_program_is_never_signalled(tmp_path: pathlib.Path) -> None:
+    supervisor = processes.Supervisor(tmp_path)
+    pid = supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"])
+    pid_file = tmp_path / "pids" / "sleeper.pid"
+    pid_file.write_text(f"{pid} /usr/bin/some-other-program")  # as if the pid had been reused
+    assert supervisor.owned_pid("sleeper") is None
+    supervisor.stop("sleeper")
+    assert not pid_file.exists()
+    pid_file.write_text(f"{pid} {sys.executable}")
+    assert supervisor.alive("sleeper")
+    assert supervisor.owned_pid("sleeper") == pid
+    supervisor.stop("sleeper")
+    assert not supervisor.alive("sleeper")

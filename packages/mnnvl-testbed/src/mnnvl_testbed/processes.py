@@ -60,17 +60,22 @@ class Supervisor:
         return self.logs / f"{name}.log"
 
     def pid(self, name: str) -> int | None:
-        """The component's pid, if that process is still the one we started (pids get reused after a reboot)."""
+        path = self.pids / f"{name}.pid"
+        return int(path.read_text().split(" ", 1)[0]) if path.exists() else None
+
+    def owned_pid(self, name: str) -> int | None:
+        """The pid, only if that process still runs what we started: pids are reused after a reboot or a kill,
+        and signalling a stranger's process group must never happen."""
         path = self.pids / f"{name}.pid"
         if not path.exists():
             return None
         pid_text, _, argv0 = path.read_text().partition(" ")
-        pid = int(pid_text)
         try:
-            running = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+            cmdline = pathlib.Path(f"/proc/{pid_text}/cmdline").read_bytes()
         except OSError:
             return None
-        return pid if running == argv0 else None
+        # Empty for a zombie: ours (reaping it is harmless); anything else must match what we started.
+        return int(pid_text) if not cmdline or cmdline.split(b"\0", 1)[0].decode() == argv0 else None
 
     def alive(self, name: str) -> bool:
         pid = self.pid(name)
@@ -90,7 +95,7 @@ class Supervisor:
         return sorted(path.stem for path in self.pids.glob("*.pid")) if self.pids.exists() else []
 
     def stop(self, name: str, *, timeout: float = 15.0) -> None:
-        pid = self.pid(name)
+        pid = self.owned_pid(name)
         if pid is not None:
             _terminate(pid, timeout)
         (self.pids / f"{name}.pid").unlink(missing_ok=True)
