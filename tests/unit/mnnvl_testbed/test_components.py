@@ -115,6 +115,8 @@ def test_the_workload_claim_template_requests_the_default_channel_and_has_no_own
 def test_a_pid_file_naming_another_program_is_never_signalled(tmp_path: pathlib.Path) -> None:
     supervisor = processes.Supervisor(tmp_path)
     pid = supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"])
+    cmdline = pathlib.Path(f"/proc/{pid}/cmdline")
+    waiting.wait_for(cmdline.read_bytes, what="the sleeper to have started its program", timeout=20)
     pid_file = tmp_path / "pids" / "sleeper.pid"
     pid_file.write_text(f"{pid} /usr/bin/some-other-program")  # as if the pid had been reused
     assert supervisor.owned_pid("sleeper") is None
