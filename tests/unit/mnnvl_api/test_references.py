@@ -46,3 +46,10 @@ def test_only_succeeded_and_failed_pods_are_terminal(phase: str | None, deleting
     body = pod(phase, "cd-a-channel", deleting=deleting)
     assert references.is_non_terminal(body) is counts
     assert references.live_claim_templates(body) == (frozenset({"cd-a-channel"}) if counts else frozenset())
+
+
+def test_users_of_a_template_are_the_live_pods_referencing_it() -> None:
+    running = {**pod("Running", "cd-a-channel"), "metadata": {"name": "runs"}}
+    done = {**pod("Succeeded", "cd-a-channel"), "metadata": {"name": "done"}}
+    other = {**pod("Running", "cd-b-channel"), "metadata": {"name": "other"}}
+    assert references.users_of([running, done, other], "cd-a-channel") == ["runs"]

@@ -38,7 +38,7 @@ def refuse_in_use_deletion(body: kopf.Body, memo: Any, **_: Any) -> None:
     if not domain.managed:
         return
     pods = context.client.list_objects("v1", "pods", namespace=domain.namespace)
-    users = [p["metadata"]["name"] for p in pods if domain.claim_template in references.live_claim_templates(p)]
+    users = references.users_of(pods, domain.claim_template)
     reason = planner.refusal(domain, users)
     if reason is not None:
         telemetry.REFUSALS.inc()

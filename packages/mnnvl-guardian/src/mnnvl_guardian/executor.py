@@ -48,7 +48,7 @@ async def _protect(client: kube.Kube, domain: domains.DomainFacts) -> None:
 
 async def _release(client: kube.Kube, domain: domains.DomainFacts) -> None:
     pods = await client.alist_objects("v1", "pods", namespace=domain.namespace)
-    users = [p["metadata"]["name"] for p in pods if domain.claim_template in references.live_claim_templates(p)]
+    users = references.users_of(pods, domain.claim_template)
     if users:
         log.info(
             "compute domain still in use", extra={"compute_domain": domain.name, "pods": users[: planner.NAMED_PODS]}

@@ -89,7 +89,7 @@ class Executor:
         domain = snapshot.domains[name]
         # The snapshot comes from watch caches; confirm with a fresh read that no pod uses the domain.
         pods = await self.client.alist_objects("v1", "pods", namespace=snapshot.namespace)
-        users = [p["metadata"]["name"] for p in pods if domain.claim_template in references.live_claim_templates(p)]
+        users = references.users_of(pods, domain.claim_template)
         if users:
             log.info("compute domain still in use", extra={"compute_domain": name, "pods": users[:5]})
             return

@@ -3,7 +3,6 @@ reconciles them one at a time: stores → snapshot → plan → executor."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import kopf
@@ -13,7 +12,6 @@ from mnnvl_runtime import metrics, operator, workqueue
 
 from . import executor, planner, state
 
-log = logging.getLogger(__name__)
 RESYNC_SECONDS = 30.0
 RETRY_SECONDS = 2.0
 

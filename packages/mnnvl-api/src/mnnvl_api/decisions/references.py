@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -19,6 +19,11 @@ def referenced_claim_templates(pod: Mapping[str, Any]) -> frozenset[str]:
 def is_non_terminal(pod: Mapping[str, Any]) -> bool:
     """A pod counts until it has Succeeded or Failed; a terminating pod still runs and still counts."""
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def users_of(pods: Iterable[Mapping[str, Any]], claim_template: str) -> list[str]:
+    """Names of the non-terminal pods among `pods` that reference `claim_template`."""
+    return [str(pod["metadata"]["name"]) for pod in pods if claim_template in live_claim_templates(pod)]
 
 
 def live_claim_templates(pod: Mapping[str, Any]) -> frozenset[str]:
