@@ -65,9 +65,9 @@ def test_unused_or_foreign_domains_are_not_refused() -> None:
     assert planner.refusal(build.domain("d", owner_uid=None, manager=None, workload_name=None), ["p"]) is None
 
 
-def pod(name: str, template: str, phase: str = "Running") -> dict[str, object]:
+def pod(name: str, template: str, phase: str = "Running", uid: str | None = None) -> dict[str, object]:
     return {
-        "metadata": {"name": name, "namespace": "serving"},
+        "metadata": {"name": name, "namespace": "serving", "uid": uid or f"uid-{name}"},
         "spec": {"resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": template}]},
         "status": {"phase": phase},
     }
@@ -78,6 +78,7 @@ def managed(name: str) -> dict[str, object]:
         "metadata": {
             "name": name,
             "namespace": "serving",
+            "uid": f"uid-{name}",
             "labels": {keys.OWNER_UID_LABEL: build.UID, keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER},
             "finalizers": [keys.PROTECTION_FINALIZER],
         },
@@ -94,6 +95,17 @@ def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
     assert stores.template_in_use(facts)
     assert stores.observe_pod(pod("p", "d1-channel", phase="Succeeded"), deleted=False) == [("serving", "d1")]
     assert not stores.template_in_use(facts)
+
+
+def test_a_late_deletion_of_an_old_pod_does_not_hide_its_same_named_successor() -> None:
+    """kopf orders events per uid only: the old pod's DELETED may be handled after its successor's ADDED."""
+    stores = state.Stores()
+    stores.observe_domain(managed("d1"), deleted=False)
+    facts = stores.domain(("serving", "d1"))
+    assert facts is not None
+    stores.observe_pod(pod("p", "d1-channel", uid="new"), deleted=False)
+    stores.observe_pod(pod("p", "d1-channel", uid="old"), deleted=True)
+    assert stores.template_in_use(facts)
 
 
 def test_foreign_domains_are_not_stored() -> None:

@@ -46,6 +46,7 @@ def pod(
     leader: str | None = None,
     spec: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
+    uid: str | None = None,
 ) -> dict[str, Any]:
     meta_annotations = dict(annotations or {})
     if leader is not None:
@@ -56,6 +57,7 @@ def pod(
         "metadata": {
             "name": name,
             "namespace": "serving",
+            "uid": uid or f"uid-{name}",
             "labels": {keys.LWS_NAME_LABEL: lws_name, keys.SCOPE_LABEL: keys.SCOPE_REPLICA},
             "annotations": meta_annotations,
         },

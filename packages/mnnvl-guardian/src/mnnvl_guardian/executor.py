@@ -57,8 +57,8 @@ async def _release(client: kube.Kube, domain: domains.DomainFacts) -> None:
 
     def remove(current: kube.Object) -> kube.JsonPatch | None:
         finalizers = current["metadata"].get("finalizers") or []
-        if keys.PROTECTION_FINALIZER not in finalizers:
-            return None
+        if keys.PROTECTION_FINALIZER not in finalizers or not current["metadata"].get("deletionTimestamp"):
+            return None  # nothing to release, or a live successor of the same name: never unprotect it
         pointer = f"/metadata/finalizers/{finalizers.index(keys.PROTECTION_FINALIZER)}"
         return [{"op": "test", "path": pointer, "value": keys.PROTECTION_FINALIZER}, {"op": "remove", "path": pointer}]
 

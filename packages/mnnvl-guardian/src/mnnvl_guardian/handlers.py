@@ -60,12 +60,12 @@ def publish_gauges() -> None:
     id="computedomains",
     registry=state.registry,
 )
-def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
+async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
     key = STORES.observe_domain(body, deleted=type == "DELETED")
     if key is not None:
         queue().enqueue(key)
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
-def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
+async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
     queue().enqueue(*STORES.observe_pod(body, deleted=type == "DELETED"))

@@ -17,6 +17,7 @@ NamespacedName = tuple[str, str]
 
 @dataclasses.dataclass
 class Stores:
+    # Every index is keyed by object uid (see `mnnvl_runtime.indexes`); its groups are (namespace, name) pairs.
     #: (namespace, domain) → the managed domain
     managed: indexes.Index[NamespacedName, domains.DomainFacts] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, claim template) → the managed domain that names it
@@ -26,31 +27,32 @@ class Stores:
 
     def observe_domain(self, body: Mapping[str, Any], *, deleted: bool) -> NamespacedName | None:
         facts = domains.facts_of(body)
-        key = (facts.namespace, facts.name)
+        uid = indexes.object_key(body)
         if deleted or not facts.managed:
-            self.managed.drop(key)
-            self.by_template.drop(key)
+            self.managed.drop(uid)
+            self.by_template.drop(uid)
             return None
-        self.managed.put(key, {key: facts})
-        self.by_template.put(key, {(facts.namespace, facts.claim_template): facts.name})
+        key = (facts.namespace, facts.name)
+        self.managed.put(uid, {key: facts})
+        self.by_template.put(uid, {(facts.namespace, facts.claim_template): facts.name})
         return key
 
     def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool) -> list[NamespacedName]:
         """Record a pod; returns the managed domains whose use may have changed."""
         meta = pod["metadata"]
-        key = (meta.get("namespace", ""), meta["name"])
+        key = indexes.object_key(pod)
+        namespace = meta.get("namespace", "")
         before = set(self.in_use.groups_of(key))
         if deleted:
             self.in_use.drop(key)
         else:
-            self.in_use.put(key, dict.fromkeys(((key[0], t) for t in references.live_claim_templates(pod)), key[1]))
+            templates = references.live_claim_templates(pod)
+            self.in_use.put(key, dict.fromkeys(((namespace, t) for t in templates), meta["name"]))
         touched = before | set(self.in_use.groups_of(key))
-        return [
-            (namespace, name) for template in touched for (namespace, _), name in self.by_template.get(template).items()
-        ]
+        return sorted({(template[0], name) for template in touched for name in self.by_template.get(template).values()})
 
     def domain(self, key: NamespacedName) -> domains.DomainFacts | None:
-        return self.managed.first(key)
+        return self.managed.newest(key, going=lambda facts: facts.deleting)
 
     def template_in_use(self, facts: domains.DomainFacts) -> bool:
         return (facts.namespace, facts.claim_template) in self.in_use

@@ -109,8 +109,10 @@ def validate_leaderworkerset(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
             raise reject(found)
 
 
+# async: it reads the watch stores, which only the event loop thread may touch (LWS handlers above run in
+# kopf's thread pool and never do).
 @kopf.on.mutate("pods", id="mutate-pod", registry=state.registry)
-def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
     operation: str | None = kwargs.get("operation")
     with measured("mutate-pod", operation) as outcome:
         context = operator.context_of(memo)
@@ -121,7 +123,7 @@ def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> 
         if isinstance(position, errors.FieldError):
             raise reject([position])
         namespace = pod["metadata"].get("namespace", "")
-        domain = None if position.is_leader else _leader_domain(context, namespace, position.leader)
+        domain = None if position.is_leader else await _leader_domain(context, namespace, position.leader)
         recorded = (pod["metadata"].get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
         known = recorded or domain
         ready = known is not None and state.STORES.domain_ready(namespace, known, position.lws)
@@ -147,12 +149,15 @@ def new_token() -> str:
     return "".join(secrets.choice(names.INCARNATION_TOKEN_ALPHABET) for _ in range(names.INCARNATION_TOKEN_LENGTH))
 
 
-def _leader_domain(context: operator.Context, namespace: str, leader: str) -> str | None:
-    """The domain recorded on the worker's leader pod: from the watch cache, else read from the API."""
+async def _leader_domain(context: operator.Context, namespace: str, leader: str) -> str | None:
+    """The domain recorded on the worker's leader pod: from the watch cache, else read from the API.
+
+    A leader being deleted in the cache may already have a successor the cache has not seen: ask the API.
+    """
     for facts in state.STORES.pods.get((namespace, leader.rsplit("-", 1)[0])).values():
-        if facts.name == leader and facts.domain:
+        if facts.name == leader and facts.domain and not facts.deleting:
             return facts.domain
-    pod = context.client.get("v1", "pods", leader, namespace=namespace)
+    pod = await context.client.aget("v1", "pods", leader, namespace=namespace)
     if pod is None:
         raise kopf.AdmissionError(
             f'leader pod "{leader}" not found; the pod is retried once its leader exists', code=409

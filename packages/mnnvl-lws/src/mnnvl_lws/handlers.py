@@ -1,5 +1,8 @@
 """kopf wiring: watch events feed the stores and queue the affected LeaderWorkerSets; the Lease holder
-reconciles them one at a time: stores → snapshot → plan → executor."""
+reconciles them one at a time: stores → snapshot → plan → executor.
+
+The event handlers are `async` (they do no I/O) so that they run on the event loop thread, like the
+reconciler that reads the stores and the work queue they feed; kopf would run sync ones in threads."""
 
 from __future__ import annotations
 
@@ -70,14 +73,14 @@ async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
-def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
+async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
     workload = STORES.observe_pod(body, deleted=type == "DELETED")
     if workload is not None:
         reconciler().enqueue(workload)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", id="leaderworkersets", registry=state.registry)
-def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
+async def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
     reconciler().enqueue(STORES.observe_workload(body, deleted=type == "DELETED"))
 
 
@@ -88,10 +91,10 @@ def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
     id="computedomains",
     registry=state.registry,
 )
-def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
+async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
     reconciler().enqueue(*STORES.observe_domain(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates", id="claimtemplates", registry=state.registry)
-def on_template(body: kopf.Body, type: str, **_: Any) -> None:
+async def on_template(body: kopf.Body, type: str, **_: Any) -> None:
     reconciler().enqueue(*STORES.observe_template(body, deleted=type == "DELETED"))

@@ -42,14 +42,15 @@ class Stores:
     def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool) -> NamespacedName | None:
         """Record a pod; returns the (namespace, LWS) it belongs to when it is a replica-scope pod."""
         meta = pod["metadata"]
-        key = (meta.get("namespace", ""), meta["name"])
+        key = indexes.object_key(pod)
+        namespace, name = meta.get("namespace", ""), meta["name"]
         labels = meta.get("labels") or {}
         if deleted:
             for index in (self.pods, self.domain_users, self.templates_in_use):
                 index.drop(key)
         else:
             self.templates_in_use.put(
-                key, dict.fromkeys(((key[0], t) for t in references.live_claim_templates(pod)), key[1])
+                key, dict.fromkeys(((namespace, t) for t in references.live_claim_templates(pod)), name)
             )
         if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA:
             return None
@@ -58,30 +59,33 @@ class Stores:
             return None
         if not deleted:
             facts = pod_facts(pod, position)
-            self.pods.put(key, {(key[0], position.lws): facts})
-            self.domain_users.put(key, {(key[0], facts.domain): position.lws} if facts.domain else {})
-        return key[0], position.lws
+            self.pods.put(key, {(namespace, position.lws): facts})
+            self.domain_users.put(key, {(namespace, facts.domain): position.lws} if facts.domain else {})
+        return namespace, position.lws
 
     def observe_workload(self, lws: Mapping[str, Any], *, deleted: bool) -> NamespacedName:
         meta = lws["metadata"]
-        key = (meta.get("namespace", ""), meta["name"])
+        workload = (meta.get("namespace", ""), meta["name"])
         if deleted:
-            self.workloads.drop(key)
+            self.workloads.drop(indexes.object_key(lws))
         else:
-            workload = planner.Workload(
-                namespace=key[0], name=key[1], uid=meta["uid"], deleting=bool(meta.get("deletionTimestamp"))
+            facts = planner.Workload(
+                namespace=workload[0], name=workload[1], uid=meta["uid"], deleting=bool(meta.get("deletionTimestamp"))
             )
-            self.workloads.put(key, {key: workload})
-        return key
+            self.workloads.put(indexes.object_key(lws), {workload: facts})
+        return workload
 
     def observe_domain(self, domain: Mapping[str, Any], *, deleted: bool) -> list[NamespacedName]:
         """Record a ComputeDomain; returns the LWS keys that care about it."""
         facts = domains.facts_of(domain)
-        key = (facts.namespace, facts.name)
+        key = indexes.object_key(domain)
         if deleted:
             self.compute_domains.drop(key)
         else:
-            contributions = {("name", *key): facts, ("template", facts.namespace, facts.claim_template): facts}
+            contributions = {
+                ("name", facts.namespace, facts.name): facts,
+                ("template", facts.namespace, facts.claim_template): facts,
+            }
             if facts.workload and facts.managed_by == planner.MANAGER:
                 contributions[("workload", facts.namespace, facts.workload)] = facts
             self.compute_domains.put(key, contributions)
@@ -91,9 +95,9 @@ class Stores:
         meta = template["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         if deleted:
-            self.templates.drop(key)
+            self.templates.drop(indexes.object_key(template))
         else:
-            self.templates.put(key, {key: True})
+            self.templates.put(indexes.object_key(template), {key: True})
         return [
             lws for facts in self.compute_domains.get(("template", *key)).values() for lws in self._interested(facts)
         ]
@@ -107,10 +111,13 @@ class Stores:
     # --- reading -------------------------------------------------------------------------------------------
 
     def domain(self, namespace: str, name: str) -> domains.DomainFacts | None:
-        return self.compute_domains.first(("name", namespace, name))
+        return self.compute_domains.newest(("name", namespace, name), going=_deleting)
+
+    def workload(self, namespace: str, name: str) -> planner.Workload | None:
+        return self.workloads.newest((namespace, name), going=_deleting)
 
     def domain_ready(self, namespace: str, name: str, lws: str) -> bool:
-        workload = self.workloads.first((namespace, lws))
+        workload = self.workload(namespace, lws)
         return workload is not None and domains.is_ready(
             self.domain(namespace, name),
             owner_uid=workload.uid,
@@ -120,7 +127,9 @@ class Stores:
 
     def snapshot(self, namespace: str, lws: str, *, gate_enabled: bool) -> planner.Snapshot:
         pods = tuple(self.pods.get((namespace, lws)).values())
-        found = {facts.name: facts for facts in self.compute_domains.get(("workload", namespace, lws)).values()}
+        found: dict[str, domains.DomainFacts] = {}
+        for facts in self.compute_domains.get(("workload", namespace, lws)).values():
+            found[facts.name] = self.domain(namespace, facts.name) or facts
         for pod in pods:
             if pod.domain and pod.domain not in found and (recorded := self.domain(namespace, pod.domain)):
                 found[pod.domain] = recorded
@@ -128,7 +137,7 @@ class Stores:
         return planner.Snapshot(
             namespace=namespace,
             lws_name=lws,
-            workload=self.workloads.first((namespace, lws)),
+            workload=self.workload(namespace, lws),
             pods=pods,
             domains=found,
             existing_templates=frozenset(t for t in relevant_templates if (namespace, t) in self.templates),
@@ -142,6 +151,10 @@ class Stores:
         """Every LWS this controller may have work for: known objects, their pods, their domains."""
         managed = {(namespace, name) for tag, namespace, name in self.compute_domains.groups() if tag == "workload"}
         return sorted(set(self.workloads.groups()) | set(self.pods.groups()) | managed)
+
+
+def _deleting(facts: domains.DomainFacts | planner.Workload) -> bool:
+    return facts.deleting
 
 
 def _template_of(domain: str) -> str:

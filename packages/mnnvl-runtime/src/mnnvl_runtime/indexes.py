@@ -1,18 +1,30 @@
 """In-memory indexes fed by watch events: O(1) per event, O(1) per lookup.
 
 Each watched object contributes values under any number of keys (as `kopf.index` does); an update replaces
-all of an object's contributions, a deletion drops them. Handlers and the reconcile loop share one event
-loop thread, so no locking is needed.
+all of an object's contributions, a deletion drops them.
+
+Objects are identified by their uid, not their name: kopf handles each object incarnation in its own worker,
+so the events of a deleted pod and of its same-named successor (LeaderWorkerSet reuses pod names) may be
+handled in either order. Keyed by name, a late event of the old pod would erase or overwrite the new one.
+
+Only `async` handlers may feed an index: kopf runs them on the event loop thread, which the reconcile loop
+shares, so no locking is needed (kopf runs sync handlers in a thread pool).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Generic, TypeVar
 
 Key = TypeVar("Key", bound=Hashable)
 Value = TypeVar("Value")
-ObjectKey = tuple[str, str]  # (namespace, name); cluster-scoped objects use "" as namespace
+ObjectKey = str  # metadata.uid
+
+
+def object_key(body: Mapping[str, Any]) -> ObjectKey:
+    """The identity of one object incarnation: its uid, which the API server assigns to every object."""
+    uid: str = body["metadata"]["uid"]
+    return uid
 
 
 class Index(Generic[Key, Value]):
@@ -44,6 +56,15 @@ class Index(Generic[Key, Value]):
 
     def first(self, key: Key) -> Value | None:
         return next(iter(self.get(key).values()), None)
+
+    def newest(self, key: Key, *, going: Callable[[Value], bool]) -> Value | None:
+        """The value under `key`, preferring one for which `going` is false.
+
+        For a key that names one object (namespace, name), two incarnations meet only between the successor's
+        first event and the predecessor's deletion event; the one still alive is the one that counts.
+        """
+        found = self.get(key).values()
+        return next((value for value in found if not going(value)), next(iter(found), None))
 
     def __contains__(self, key: object) -> bool:
         return key in self._by_key
