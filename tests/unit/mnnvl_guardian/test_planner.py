@@ -73,22 +73,9 @@ def pod(name: str, template: str, phase: str = "Running", uid: str | None = None
     }
 
 
-def managed(name: str) -> dict[str, object]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "serving",
-            "uid": f"uid-{name}",
-            "labels": {keys.OWNER_UID_LABEL: build.UID, keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER},
-            "finalizers": [keys.PROTECTION_FINALIZER],
-        },
-        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-    }
-
-
 def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
     stores = state.Stores()
-    assert stores.observe_domain(managed("d1"), deleted=False) == ("serving", "d1")
+    assert stores.observe_domain(build.domain_object("d1"), deleted=False) == ("serving", "d1")
     assert stores.observe_pod(pod("p", "d1-channel"), deleted=False) == [("serving", "d1")]
     facts = stores.domain(("serving", "d1"))
     assert facts is not None
@@ -100,7 +87,7 @@ def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
 def test_a_late_deletion_of_an_old_pod_does_not_hide_its_same_named_successor() -> None:
     """kopf orders events per uid only: the old pod's DELETED may be handled after its successor's ADDED."""
     stores = state.Stores()
-    stores.observe_domain(managed("d1"), deleted=False)
+    stores.observe_domain(build.domain_object("d1"), deleted=False)
     facts = stores.domain(("serving", "d1"))
     assert facts is not None
     stores.observe_pod(pod("p", "d1-channel", uid="new"), deleted=False)
@@ -110,7 +97,7 @@ def test_a_late_deletion_of_an_old_pod_does_not_hide_its_same_named_successor() 
 
 def test_foreign_domains_are_not_stored() -> None:
     stores = state.Stores()
-    foreign = managed("f")
+    foreign = build.domain_object("f")
     foreign["metadata"]["labels"] = {}  # type: ignore[index]
     assert stores.observe_domain(foreign, deleted=False) is None
     assert stores.domain_keys() == []

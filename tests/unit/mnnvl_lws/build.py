@@ -116,6 +116,20 @@ def domain(
     )
 
 
+def domain_object(name: str, *, group: int = 0) -> dict[str, Any]:
+    """A ComputeDomain as the API returns one that mnnvl-lws created for group `group` of deepseek-r1."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "serving",
+            "uid": f"uid-{name}",
+            "labels": planner.domain_labels(workload(), group),
+            "finalizers": [keys.PROTECTION_FINALIZER],
+        },
+        "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
+    }
+
+
 def snapshot(
     *,
     pods_: tuple[planner.PodFacts, ...] = (),

@@ -23,19 +23,6 @@ def leader(uid: str, domain: str, *, deleting: bool = False) -> dict[str, Any]:
     return pod
 
 
-def domain_object(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "serving",
-            "uid": f"uid-{name}",
-            "labels": planner.domain_labels(build.workload(), 2),
-            "finalizers": [keys.PROTECTION_FINALIZER],
-        },
-        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-    }
-
-
 # A surge replica's leader is replaced (old → new), then the surge ends and the new leader goes too.
 OLD_EVENTS = [(leader("old", D_OLD), False), (leader("old", D_OLD, deleting=True), False), (leader("old", D_OLD), True)]
 NEW_EVENTS = [(leader("new", D_NEW), False), (leader("new", D_NEW), True)]
@@ -56,7 +43,7 @@ def test_whatever_the_order_no_stale_pod_keeps_an_obsolete_domain(events: list[t
     stores = state.Stores()
     stores.observe_workload(build.lws(), deleted=False)
     for name in (D_OLD, D_NEW):
-        stores.observe_domain(domain_object(name), deleted=False)
+        stores.observe_domain(build.domain_object(name, group=2), deleted=False)
     for pod, deleted in events:
         stores.observe_pod(pod, deleted=deleted)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
@@ -67,7 +54,7 @@ def test_whatever_the_order_no_stale_pod_keeps_an_obsolete_domain(events: list[t
 def test_a_late_deletion_of_the_old_leader_does_not_hide_the_new_one() -> None:
     stores = state.Stores()
     stores.observe_workload(build.lws(), deleted=False)
-    stores.observe_domain(domain_object(D_OLD), deleted=False)
+    stores.observe_domain(build.domain_object(D_OLD, group=2), deleted=False)
     stores.observe_pod(leader("new", D_NEW), deleted=False)
     stores.observe_pod(leader("old", D_OLD), deleted=True)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
