@@ -18,7 +18,7 @@ __all__ = ["admission", "handlers"]
 
 def main() -> None:
     preflight = operator.compute_domain_preflight(COMPUTE_DOMAIN_VERBS)
-    sys.exit(operator.run(IDENTITY, state.registry, preflight=preflight))
+    sys.exit(operator.run(IDENTITY, state.registry, preflight=preflight, watch_selectors=handlers.WATCH_SELECTORS))
 
 
 if __name__ == "__main__":

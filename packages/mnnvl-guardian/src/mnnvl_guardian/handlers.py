@@ -13,6 +13,13 @@ from mnnvl_runtime import operator, workqueue
 from . import executor, planner, state, telemetry
 
 RESYNC_SECONDS = 30.0
+#: Only pods our webhooks gave a scope, and only managed ComputeDomains, are sent to the guardian.
+WATCH_SELECTORS: operator.WatchSelectors = {
+    "pods": keys.SCOPE_LABEL,
+    (keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL): (
+        f"{keys.MANAGED_BY_LABEL} in ({','.join(sorted(keys.DOMAIN_MANAGERS))})"
+    ),
+}
 STORES = state.Stores()
 _queue: workqueue.WorkQueue[state.NamespacedName] | None = None
 

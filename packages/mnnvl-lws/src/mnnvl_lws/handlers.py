@@ -17,6 +17,8 @@ from . import executor, planner, state
 
 RESYNC_SECONDS = 30.0
 RETRY_SECONDS = 2.0
+#: Only replica-scope pods are sent to this controller (all ComputeDomains are: a foreign one may collide).
+WATCH_SELECTORS: operator.WatchSelectors = {"pods": keys.SCOPE_LABEL}
 
 
 class Reconciler:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import pathlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -38,11 +38,24 @@ class Context:
         return self.configuration.auto_compute_domain
 
 
+#: Label selectors the API server applies to a controller's watches, by resource as kopf's handler decorators
+#: name it ("pods", or (group, version, plural)): objects no handler would accept are then never sent at all,
+#: which is what keeps a controller's watch cost independent of the cluster's other pods.
+WatchSelectors = Mapping[str | tuple[str, str, str], str]
+
+
 def kopf_settings(
-    who: identity.Identity, configuration: models.Configuration, *, certfile: pathlib.Path, keyfile: pathlib.Path
+    who: identity.Identity,
+    configuration: models.Configuration,
+    *,
+    certfile: pathlib.Path,
+    keyfile: pathlib.Path,
+    watch_selectors: WatchSelectors,
 ) -> kopf.OperatorSettings:
     """kopf's settings for one controller: own bookkeeping prefixes, no event posting, its webhook server."""
     operator = kopf.OperatorSettings()
+    for resource, selector in watch_selectors.items():
+        operator.watching.label_selectors[resource] = selector
     operator.persistence.finalizer = who.kopf_finalizer
     operator.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=who.bookkeeping_prefix)
     operator.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -70,6 +83,7 @@ def run(
     registry: kopf.OperatorRegistry,
     *,
     preflight: Callable[[kube.Kube, models.Configuration], list[str]],
+    watch_selectors: WatchSelectors,
 ) -> int:
     """The console script of a controller. Returns the exit code."""
     try:
@@ -100,7 +114,13 @@ def run(
     )
     context = Context(identity=who, process=process, configuration=configuration, client=client, elector=elector)
     _register_login(registry, process)
-    operator_settings = kopf_settings(who, configuration, certfile=cert_dir / "tls.crt", keyfile=cert_dir / "tls.key")
+    operator_settings = kopf_settings(
+        who,
+        configuration,
+        certfile=cert_dir / "tls.crt",
+        keyfile=cert_dir / "tls.key",
+        watch_selectors=watch_selectors,
+    )
     liveness = f"http://{process.health_address}/healthz" if process.health_address else None
     log.info(
         "starting",
