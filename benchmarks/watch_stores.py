@@ -83,25 +83,37 @@ def workload_names(pods: int) -> list[str]:
     return [f"model-{n}" for n in range(max(pods // (GROUP_SIZE * REPLICAS), 1))]
 
 
+def cluster(pods: int) -> list[tuple[str, dict[str, Any]]]:
+    """Every object of a steady cluster of about `pods` pods, by kind, in the order watches would report them."""
+    objects: list[tuple[str, dict[str, Any]]] = []
+    for lws in workload_names(pods):
+        objects.append(("workload", workload(lws)))
+        for group in range(REPLICAS):
+            objects += [("domain", domain(lws, group)), ("template", template(lws, group))]
+            objects += [("pod", pod(lws, group, index)) for index in range(GROUP_SIZE)]
+    return objects
+
+
 def filled_lws_stores(pods: int) -> lws_state.Stores:
     stores = lws_state.Stores()
-    for lws in workload_names(pods):
-        stores.observe_workload(workload(lws), deleted=False)
-        for group in range(REPLICAS):
-            stores.observe_domain(domain(lws, group), deleted=False)
-            stores.observe_template(template(lws, group), deleted=False)
-            for index in range(GROUP_SIZE):
-                stores.observe_pod(pod(lws, group, index), deleted=False)
+    observers = {
+        "workload": stores.observe_workload,
+        "domain": stores.observe_domain,
+        "template": stores.observe_template,
+        "pod": stores.observe_pod,
+    }
+    for kind, body in cluster(pods):
+        observers[kind](body, deleted=False)
     return stores
 
 
 def filled_guardian_stores(pods: int) -> guardian_state.Stores:
+    """The guardian watches only domains and pods."""
     stores = guardian_state.Stores()
-    for lws in workload_names(pods):
-        for group in range(REPLICAS):
-            stores.observe_domain(domain(lws, group), deleted=False)
-            for index in range(GROUP_SIZE):
-                stores.observe_pod(pod(lws, group, index), deleted=False)
+    observers = {"domain": stores.observe_domain, "pod": stores.observe_pod}
+    for kind, body in cluster(pods):
+        if kind in observers:
+            observers[kind](body, deleted=False)
     return stores
 
 
