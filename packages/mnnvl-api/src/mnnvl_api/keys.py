@@ -38,6 +38,14 @@ OPT_IN_VALUES: Final = (OPT_IN_ENABLED, OPT_IN_DISABLED)
 
 # --- Upstream keys we read -----------------------------------------------------------------------------
 
+LWS_GROUP: Final = "leaderworkerset.x-k8s.io"
+LWS_VERSION: Final = "v1"
+LWS_PLURAL: Final = "leaderworkersets"
+LWS_API_VERSION: Final = "leaderworkerset.x-k8s.io/v1"
+DS_GROUP: Final = "disaggregatedset.x-k8s.io"
+DS_PLURAL: Final = "disaggregatedsets"
+DS_API_VERSION: Final = "disaggregatedset.x-k8s.io/v1"
+
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
@@ -79,6 +87,7 @@ DOMAIN_MANAGERS: Final = (LWS_CONTROLLER, DS_CONTROLLER)
 COMPUTE_DOMAIN_GROUP: Final = "resource.nvidia.com"
 COMPUTE_DOMAIN_VERSION: Final = "v1beta1"
 COMPUTE_DOMAIN_PLURAL: Final = "computedomains"
+COMPUTE_DOMAIN_API_VERSION: Final = "resource.nvidia.com/v1beta1"
 COMPUTE_DOMAIN_KIND: Final = "ComputeDomain"
 CHANNEL_DEVICE_CLASS: Final = "compute-domain-default-channel.nvidia.com"
 COMPUTE_DOMAIN_DRIVER: Final = "compute-domain.nvidia.com"

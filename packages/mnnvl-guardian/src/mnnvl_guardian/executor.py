@@ -8,7 +8,6 @@ import logging
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains, references
-from mnnvl_api.models import computedomain
 from mnnvl_runtime import kube
 
 from . import planner, telemetry
@@ -18,7 +17,7 @@ log = logging.getLogger(__name__)
 
 def _path(domain: domains.DomainFacts) -> str:
     return kube.path_of(
-        computedomain.API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=domain.namespace, name=domain.name
+        keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=domain.namespace, name=domain.name
     )
 
 

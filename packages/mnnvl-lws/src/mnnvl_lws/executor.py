@@ -17,8 +17,8 @@ from . import planner
 
 log = logging.getLogger(__name__)
 SCOPE = keys.SCOPE_REPLICA
-CD_API = computedomain.API_VERSION
-LWS_API = "leaderworkerset.x-k8s.io/v1"
+CD_API = keys.COMPUTE_DOMAIN_API_VERSION
+LWS_API = keys.LWS_API_VERSION
 
 
 class Executor:

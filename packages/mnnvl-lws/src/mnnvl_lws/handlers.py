@@ -81,7 +81,7 @@ async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
         reconciler().enqueue(workload)
 
 
-@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", id="leaderworkersets", registry=state.registry)
+@kopf.on.event(keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL, id="leaderworkersets", registry=state.registry)
 async def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
     reconciler().enqueue(STORES.observe_workload(body, deleted=type == "DELETED"))
 

@@ -12,7 +12,7 @@ from mnnvl_api import keys
 from mnnvl_runtime import webhooks
 
 LWS_RULE = {
-    "apiGroups": ["leaderworkerset.x-k8s.io"],
+    "apiGroups": [keys.LWS_GROUP],
     "apiVersions": ["v1"],
     "operations": ["CREATE", "UPDATE"],
     "resources": ["leaderworkersets"],

@@ -8,7 +8,7 @@ from mnnvl_api import keys
 
 from . import kube
 
-CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
+CD_API = keys.COMPUTE_DOMAIN_API_VERSION
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

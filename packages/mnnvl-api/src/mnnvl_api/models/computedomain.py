@@ -13,7 +13,7 @@ import pydantic
 from .. import keys
 from .base import KubeModel, ObjectMeta
 
-API_VERSION: Final = "resource.nvidia.com/v1beta1"
+API_VERSION: Final = keys.COMPUTE_DOMAIN_API_VERSION
 
 
 class ResourceClaimTemplateReference(KubeModel):

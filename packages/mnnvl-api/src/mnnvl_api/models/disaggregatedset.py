@@ -6,10 +6,11 @@ from typing import Any, Final, Literal
 
 import pydantic
 
+from .. import keys
 from .base import KubeModel, ObjectMeta, TemplateMeta
 from .leaderworkerset import LeaderWorkerSetSpec
 
-API_VERSION: Final = "disaggregatedset.x-k8s.io/v1"
+API_VERSION: Final = keys.DS_API_VERSION
 KIND: Final = "DisaggregatedSet"
 
 

@@ -6,9 +6,10 @@ from typing import Any, Final, Literal
 
 import pydantic
 
+from .. import keys
 from .base import KubeModel, ObjectMeta, PodTemplateSpec
 
-API_VERSION: Final = "leaderworkerset.x-k8s.io/v1"
+API_VERSION: Final = keys.LWS_API_VERSION
 KIND: Final = "LeaderWorkerSet"
 
 

@@ -1,0 +1,75 @@
+"""The admission kit every controller's webhooks share: measured answers, one-error refusals, JSON-patch
+mutations, and whether the ComputeDomain API is served (re-checked at most every few seconds)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import jsonpatch
+import kopf
+
+from mnnvl_api import errors, keys
+
+from . import kube, metrics, preflight
+
+log = logging.getLogger(__name__)
+API_CHECK_SECONDS = 10.0
+
+
+class ApiAvailability:
+    """Whether ComputeDomains are served, re-checked at most every few seconds (admission must stay fast)."""
+
+    def __init__(self) -> None:
+        self._checked_at = float("-inf")
+        self._served = False
+
+    def served(self, client: kube.Kube) -> bool:
+        if time.monotonic() - self._checked_at > API_CHECK_SECONDS:
+            self._served = preflight.is_served(client, preflight.CD_API, keys.COMPUTE_DOMAIN_PLURAL)
+            self._checked_at = time.monotonic()
+        return self._served
+
+
+class Outcome:
+    """The result label of one admission request: allowed unless the handler patched, denied or failed."""
+
+    def __init__(self) -> None:
+        self.result = "allowed"
+
+
+@contextmanager
+def measured(webhook: str, operation: str | None) -> Iterator[Outcome]:
+    """Counts and times one admission request under `webhook`, labelled with how it ended."""
+    started = time.monotonic()
+    outcome = Outcome()
+    try:
+        yield outcome
+    except kopf.AdmissionError:
+        outcome.result = "denied"
+        raise
+    except Exception:
+        outcome.result = "error"
+        raise
+    finally:
+        metrics.ADMISSION_DURATION.labels(webhook=webhook).observe(time.monotonic() - started)
+        metrics.ADMISSION_REQUESTS.labels(webhook=webhook, operation=operation or "", result=outcome.result).inc()
+
+
+def reject(found: list[errors.FieldError], *, code: int = 422) -> kopf.AdmissionError:
+    """One refusal carrying every field error, in the apimachinery shape."""
+    message = errors.join(found)
+    log.info("admission denied", extra={"errors": message})
+    return kopf.AdmissionError(message, code=code)
+
+
+def transform(operations: list[dict[str, Any]]) -> Callable[[Any], None]:
+    """A kopf patch transformation applying JSON-patch `operations` to the body being admitted."""
+
+    def apply(body: Any) -> None:
+        jsonpatch.apply_patch(body, operations, in_place=True)
+
+    return apply
