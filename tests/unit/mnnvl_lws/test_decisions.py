@@ -6,7 +6,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from mnnvl_api import keys
+from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
 from mnnvl_lws import decisions
 
@@ -132,8 +132,49 @@ def test_a_user_supplied_domain_name_is_rejected_outside_disaggregatedsets() -> 
     assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-name]"
     ]
-    forged["metadata"]["ownerReferences"] = [{"kind": "DisaggregatedSet", "name": "llm", "controller": True}]
+    forged["metadata"]["labels"] = {keys.DS_NAME_LABEL: "llm"}
+    forged["metadata"]["ownerReferences"] = [DS_OWNER]
     assert decisions.lws_errors(forged, None, build.ENV_ON) == []
+
+
+DS_OWNER = {
+    "apiVersion": keys.DS_API_VERSION,
+    "kind": "DisaggregatedSet",
+    "name": "llm",
+    "uid": "ds-uid",
+    "controller": True,
+}
+
+
+@pytest.mark.parametrize(
+    ("owner", "ds_label"),
+    [
+        pytest.param({**DS_OWNER, "apiVersion": "example.com/v1"}, "llm", id="wrong-group"),
+        pytest.param({**DS_OWNER, "controller": False}, "llm", id="not-controller"),
+        pytest.param({k: v for k, v in DS_OWNER.items() if k != "controller"}, "llm", id="controller-unset"),
+        pytest.param({**DS_OWNER, "name": "other"}, "llm", id="name-mismatch"),
+        pytest.param({**DS_OWNER, "kind": "LeaderWorkerSet"}, "llm", id="wrong-kind"),
+        pytest.param(DS_OWNER, None, id="no-ds-name-label"),
+    ],
+)
+def test_a_forged_disaggregatedset_owner_does_not_exempt_the_reserved_domain_name(
+    owner: dict[str, Any], ds_label: str | None
+) -> None:
+    forged = build.lws(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "mine"}})
+    forged["metadata"]["ownerReferences"] = [owner]
+    if ds_label is not None:
+        forged["metadata"]["labels"] = {keys.DS_NAME_LABEL: ds_label}
+    assert [str(e) for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+        "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-name]: "
+        'Invalid value: "mine": this annotation is managed by the AutoComputeDomain feature; remove it from the template'
+    ]
+
+
+def test_the_disaggregatedset_controller_owner_exempts_the_domain_name_among_other_owners() -> None:
+    child = build.lws(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "llm-0-abc"}})
+    child["metadata"]["labels"] = {keys.DS_NAME_LABEL: "llm"}
+    child["metadata"]["ownerReferences"] = [{**DS_OWNER, "name": "other", "controller": False}, DS_OWNER]
+    assert decisions.lws_errors(child, None, build.ENV_ON) == []
 
 
 def test_a_template_claim_with_the_reserved_name_is_rejected() -> None:
@@ -148,6 +189,34 @@ def test_a_template_claim_with_the_reserved_name_is_rejected() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "claim_template",
+    [
+        pytest.param(names.claim_template_name("deepseek-r1-0-x7k2b"), id="plain"),
+        pytest.param(names.claim_template_name("deepseek-r1-" + "long" * 12 + "-0-x7k2b"), id="hashed"),
+    ],
+)
+def test_a_template_claim_on_a_channel_claim_template_is_rejected_on_an_opted_in_lws(claim_template: str) -> None:
+    spec = pods.deepseek_worker_spec()
+    spec["resourceClaims"] = [{"name": "imex", "resourceClaimTemplateName": claim_template}]
+    assert [str(e) for e in decisions.lws_errors(build.opted_in(worker_spec=spec), None, build.ENV_ON)] == [
+        "spec.leaderWorkerTemplate.workerTemplate.spec.resourceClaims[0].resourceClaimTemplateName: "
+        f'Invalid value: "{claim_template}": this is a ComputeDomain channel claim template, reserved for the '
+        "channel claim the AutoComputeDomain feature injects automatically; remove the claim"
+    ]
+
+
+def test_other_claim_templates_and_lws_that_did_not_opt_in_keep_their_claims() -> None:
+    spec = pods.deepseek_worker_spec()
+    spec["resourceClaims"] = [
+        {"name": "gpus", "resourceClaimTemplateName": "four-gpus"},
+        {"name": "nic", "resourceClaimTemplateName": "channel-nic"},
+    ]
+    assert decisions.lws_errors(build.opted_in(worker_spec=spec), None, build.ENV_ON) == []
+    spec["resourceClaims"].append({"name": "imex", "resourceClaimTemplateName": "my-imex-channel"})
+    assert decisions.lws_errors(build.lws(worker_spec=spec), None, build.ENV_ON) == []
+
+
 def test_compute_domain_containers_must_name_existing_containers() -> None:
     lws = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "vllm,proxy"}})
     assert [str(e) for e in decisions.lws_errors(lws, None, build.ENV_ON)] == [
@@ -155,6 +224,91 @@ def test_compute_domain_containers_must_name_existing_containers() -> None:
         'Invalid value: "vllm,proxy": no container named "proxy" (containers: "vllm", "routing-proxy"); name existing '
         "containers only"
     ]
+
+
+# --- generateName ----------------------------------------------------------------------------------------
+
+
+def generated(name: str | None, **kwargs: Any) -> dict[str, Any]:
+    """An LWS created with `generateName: deepseek-r1-`: no name yet at CREATE, `name` once generated."""
+    lws = build.lws(**kwargs)
+    del lws["metadata"]["name"]
+    lws["metadata"]["generateName"] = "deepseek-r1-"
+    if name is not None:
+        lws["metadata"]["name"] = name
+    return lws
+
+
+def test_an_opted_in_lws_created_with_generate_name_is_stamped_with_the_generate_name() -> None:
+    created = stamped(generated(None, annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}))
+    assert worker_meta(created)["annotations"] == {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "deepseek-r1-"}
+    assert decisions.lws_errors(created, None, build.ENV_ON) == []
+
+
+def test_the_stamp_of_a_generated_name_lws_stays_the_same_once_its_name_is_generated() -> None:
+    created = stamped(generated(None, annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}))
+    stored = copy.deepcopy(created)
+    stored["metadata"]["name"] = "deepseek-r1-x7k2b"
+    assert decisions.lws_errors(stored, None, build.ENV_ON) == []  # validation at CREATE sees the name
+    updated = copy.deepcopy(stored)
+    updated["spec"]["replicas"] = 3
+    assert decisions.template_patch(updated, build.ENV_ON) == []
+    assert decisions.lws_errors(updated, stored, build.ENV_ON) == []
+
+
+def test_an_lws_created_with_generate_name_that_did_not_opt_in_is_left_as_is() -> None:
+    for name in (None, "deepseek-r1-x7k2b"):
+        plain = generated(name)
+        assert decisions.template_patch(plain, build.ENV_ON) == []
+        assert decisions.lws_errors(plain, None, build.ENV_ON) == []
+
+
+def test_a_prefix_other_than_the_generate_name_is_rejected() -> None:
+    forged = generated(
+        "deepseek-r1-x7k2b", worker_meta={"annotations": {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "deepseek-r1-x7k2b"}}
+    )
+    assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+        "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-prefix]"
+    ]
+
+
+# --- warnings --------------------------------------------------------------------------------------------
+
+
+def test_naming_only_containers_without_gpus_warns_about_the_gpu_containers_left_without_the_channel() -> None:
+    lws = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "routing-proxy"}})
+    assert decisions.lws_errors(lws, None, build.ENV_ON) == []
+    assert decisions.lws_warnings(lws) == [
+        "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: "
+        '"routing-proxy" names no container that requests nvidia.com/gpu, so GPU container "vllm" gets no '
+        "ComputeDomain channel; name the GPU containers too, or remove the annotation to target them automatically"
+    ]
+
+
+def test_the_warning_names_every_gpu_container_left_out_and_reads_the_same_on_a_pod() -> None:
+    spec = pods.restartable_init_spec()
+    spec["containers"].append({"name": "proxy", "image": "envoy"})
+    annotations = {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "proxy"}
+    assert injection.unclaimed_gpu_containers_warning(spec, annotations) == (
+        'metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: "proxy" names no container that '
+        'requests nvidia.com/gpu, so GPU containers "vllm", "nixl-agent" get no ComputeDomain channel; name the GPU '
+        "containers too, or remove the annotation to target them automatically"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        pytest.param(pods.deepseek_worker_spec(), None, id="annotation-absent"),
+        pytest.param(pods.deepseek_worker_spec(), "vllm", id="names-the-gpu-container"),
+        pytest.param(pods.deepseek_worker_spec(), "vllm,routing-proxy", id="names-a-gpu-container-too"),
+        pytest.param(pods.dra_gpu_spec(), "vllm", id="no-container-requests-gpus"),
+        pytest.param(pods.deepseek_worker_spec(), "nope", id="invalid-left-to-validation"),
+    ],
+)
+def test_no_warning_unless_named_containers_leave_gpu_containers_out(spec: dict[str, Any], named: str | None) -> None:
+    annotations = {} if named is None else {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: named}
+    assert decisions.lws_warnings(build.opted_in(worker_spec=spec, worker_meta={"annotations": annotations})) == []
 
 
 # --- pods ------------------------------------------------------------------------------------------------

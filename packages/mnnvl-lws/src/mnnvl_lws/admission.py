@@ -40,15 +40,17 @@ def mutate_leaderworkerset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwar
 
 
 @kopf.on.validate(*LWS, id="validate-leaderworkerset", registry=state.registry)
-def validate_leaderworkerset(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+def validate_leaderworkerset(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
     operation: str | None = kwargs.get("operation")
     old: kopf.Body | None = kwargs.get("old")
     with admission.measured("validate-leaderworkerset", operation):
         if operation == "DELETE":
             return
-        found = decisions.lws_errors(dict(body), dict(old) if old else None, environment(operator.context_of(memo)))
+        lws = dict(body)
+        found = decisions.lws_errors(lws, dict(old) if old else None, environment(operator.context_of(memo)))
         if found:
             raise admission.reject(found)
+        warnings.extend(decisions.lws_warnings(lws))
 
 
 # async: it reads the watch stores, which only the event loop thread may touch (LWS handlers above run in

@@ -12,6 +12,8 @@ from mnnvl_api.decisions import injection, opt_in
 
 JsonPatch = list[dict[str, Any]]
 TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
+_DISAGGREGATED_SET_KIND = "DisaggregatedSet"
+_CHANNEL_CLAIM_TEMPLATE = re.compile(rf"-{re.escape(names.CLAIM_TEMPLATE_SUFFIX)}(-[0-9a-f]{{{names.HASH_LENGTH}}})?$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,8 +34,13 @@ def _templates(lws: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def stamp_value(lws: Mapping[str, Any]) -> str:
-    """The `compute-domain-prefix` stamp: the LWS name, a stable input, so the revision never drifts."""
-    return str(lws["metadata"]["name"])
+    """The `compute-domain-prefix` stamp: the LWS's `generateName` when it has one, else its name.
+
+    A stable input, so the revision never drifts: an LWS created with `generateName` has no name yet when it
+    is stamped at CREATE, and keeps its `generateName` after the API server generated the name.
+    """
+    meta = lws.get("metadata") or {}
+    return str(meta.get("generateName") or meta.get("name") or "")
 
 
 def _opted_in(lws: Mapping[str, Any] | None) -> bool:
@@ -101,11 +108,42 @@ def lws_errors(lws: Mapping[str, Any], old: Mapping[str, Any] | None, env: Envir
         found.append(read)
     elif read is opt_in.OptIn.ENABLED and not _opted_in(old):
         found += _opt_in_refusals(env)
-    owned_by_ds = any(ref.get("kind") == "DisaggregatedSet" for ref in meta.get("ownerReferences") or [])
+    owned_by_ds = _controlled_by_disaggregated_set(meta)
     for field, template in _templates(lws):
         path = f"spec.leaderWorkerTemplate.{field}"
-        found += _template_errors(template, path, stamp=stamp_value(lws), owned_by_ds=owned_by_ds)
+        found += _template_errors(
+            template, path, stamp=stamp_value(lws), owned_by_ds=owned_by_ds, opted_in=_opted_in(lws)
+        )
     return found
+
+
+def lws_warnings(lws: Mapping[str, Any]) -> list[str]:
+    """What is allowed but probably not meant: templates whose named containers leave their GPU containers
+    without the channel claim."""
+    found = []
+    for field, template in _templates(lws):
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        path = f"spec.leaderWorkerTemplate.{field}"
+        warning = injection.unclaimed_gpu_containers_warning(template.get("spec") or {}, annotations, path=path)
+        if warning is not None:
+            found.append(warning)
+    return found
+
+
+def _controlled_by_disaggregated_set(meta: Mapping[str, Any]) -> bool:
+    """True when the LWS's controller is the DisaggregatedSet its `disaggregatedset.x-k8s.io/name` label names.
+
+    Anyone may write an ownerReference, so only the controller reference of the DisaggregatedSet API group
+    that agrees with the label counts.
+    """
+    ds_name = (meta.get("labels") or {}).get(keys.DS_NAME_LABEL)
+    return ds_name is not None and any(
+        ref.get("controller") is True
+        and ref.get("kind") == _DISAGGREGATED_SET_KIND
+        and str(ref.get("apiVersion", "")).partition("/")[0] == keys.DS_GROUP
+        and ref.get("name") == ds_name
+        for ref in meta.get("ownerReferences") or []
+    )
 
 
 def _opt_in_refusals(env: Environment) -> list[errors.FieldError]:
@@ -130,7 +168,7 @@ def _opt_in_refusals(env: Environment) -> list[errors.FieldError]:
 
 
 def _template_errors(
-    template: Mapping[str, Any], path: str, *, stamp: str, owned_by_ds: bool
+    template: Mapping[str, Any], path: str, *, stamp: str, owned_by_ds: bool, opted_in: bool
 ) -> list[errors.FieldError]:
     meta = template.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -153,11 +191,26 @@ def _template_errors(
             )
         )
     for index, claim in enumerate(spec.get("resourceClaims") or []):
+        claim_path = f"{path}.spec.resourceClaims[{index}]"
         if claim.get("name") == keys.CHANNEL_CLAIM_NAME:
-            found.append(injection.reserved_claim_error(f"{path}.spec.resourceClaims[{index}]"))
+            found.append(injection.reserved_claim_error(claim_path))
+        elif opted_in and _is_channel_claim_template(claim.get("resourceClaimTemplateName") or ""):
+            found.append(
+                errors.invalid(
+                    f"{claim_path}.resourceClaimTemplateName",
+                    claim["resourceClaimTemplateName"],
+                    "this is a ComputeDomain channel claim template, reserved for the channel claim the "
+                    "AutoComputeDomain feature injects automatically; remove the claim",
+                )
+            )
     if injection.named_containers(annotations) is not None:
         found += injection.target_containers(spec, annotations, path=path)[1]
     return found
+
+
+def _is_channel_claim_template(name: str) -> bool:
+    """True for names shaped like `names.claim_template_name(...)`: `<domain>-channel`, or with a hash after it."""
+    return _CHANNEL_CLAIM_TEMPLATE.search(name) is not None
 
 
 def _reserved(path: str, key: str, value: str) -> errors.FieldError:

@@ -85,6 +85,34 @@ def target_containers(
     return [target for target, _ in containers if target.name in wanted], []
 
 
+def unclaimed_gpu_containers_warning(
+    pod_spec: Mapping[str, Any], annotations: Mapping[str, str], *, path: str = ""
+) -> str | None:
+    """A warning when `compute-domain-containers` names only containers that request no GPU while others do.
+
+    Such a list is valid, but it leaves every GPU container without the channel claim, which is rarely meant.
+    None when the annotation is absent or invalid (validation reports that), names a container that requests
+    GPUs, or no container requests GPUs. `path` is as for `target_containers`.
+    """
+    targets, found = target_containers(pod_spec, annotations, path=path)
+    if named_containers(annotations) is None or found:
+        return None
+    containers = _indexed(pod_spec)
+    if any(requests_gpu(container) for target, container in containers if target in targets):
+        return None
+    unclaimed = [target.name for target, container in containers if _gpu_target(target, container)]
+    if not unclaimed:
+        return None
+    field = errors.annotation_path(path, keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION)
+    value = json.dumps(annotations[keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION])
+    listed = ", ".join(json.dumps(name) for name in unclaimed)
+    left_out = f"container {listed} gets" if len(unclaimed) == 1 else f"containers {listed} get"
+    return (
+        f"{field}: {value} names no container that requests {keys.GPU_RESOURCE}, so GPU {left_out} no "
+        "ComputeDomain channel; name the GPU containers too, or remove the annotation to target them automatically"
+    )
+
+
 def inject_channel_claim(
     pod_spec: Mapping[str, Any], annotations: Mapping[str, str], claim_template: str, *, path: str = ""
 ) -> Injection:
