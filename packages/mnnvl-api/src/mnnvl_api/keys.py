@@ -62,6 +62,9 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 
 #: Scheduling gate held on pods until their ComputeDomain and its claim template are ready.
 SCHEDULING_GATE: Final = "leaderworkerset.sigs.k8s.io/compute-domain"
+#: On a managed ComputeDomain about to be deleted: pods are no longer admitted onto it (value: the controller).
+#: Set with a resourceVersion precondition before the final in-use check, removed again if a user appears.
+CONDEMNED_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-condemned"
 #: Stamped into enrolled pod templates (and so on pods); pod webhooks select on it. Values: SCOPE_*.
 SCOPE_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-scope"
 SCOPE_REPLICA: Final = "replica"

@@ -35,6 +35,15 @@ def replica_domain_name(lws_name: str, group_index: int, incarnation_token: str)
     return fit_label(lws_name, str(group_index), incarnation_token)
 
 
+def replica_domain_token(domain: str, lws_name: str, group_index: int) -> str | None:
+    """The incarnation token of `domain` when it is exactly what `replica_domain_name` derives for this LWS group
+    (with some token), else None: a name anyone may write on a pod is trusted only when it is one we derive."""
+    for token in domain.split("-")[-2:]:  # the token is last, or second to last when a hash follows
+        if is_incarnation_token(token) and replica_domain_name(lws_name, group_index, token) == domain:
+            return token
+    return None
+
+
 def slice_domain_name(ds_name: str, slice_index: int, revision: str) -> str:
     """The ComputeDomain of one (slice, revision) of a DisaggregatedSet."""
     return fit_label(ds_name, str(slice_index), revision)

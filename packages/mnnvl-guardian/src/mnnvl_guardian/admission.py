@@ -15,7 +15,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains, references
 from mnnvl_api.models import configuration
-from mnnvl_runtime import operator
+from mnnvl_runtime import admission, operator
 
 from . import planner, state, telemetry
 
@@ -30,17 +30,18 @@ log = logging.getLogger(__name__)
     id="validate-computedomain-delete",
     registry=state.registry,
 )
-def refuse_in_use_deletion(body: kopf.Body, memo: Any, **_: Any) -> None:
+def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     context = operator.context_of(memo)
-    if context.configuration.compute_domain.deletion_protection is not configuration.DeletionProtection.DENY:
-        return
-    domain = domains.facts_of(body)
-    if not domain.managed:
-        return
-    pods = context.client.list_objects("v1", "pods", namespace=domain.namespace)
-    users = references.users_of(pods, domain.claim_template)
-    reason = planner.refusal(domain, users)
-    if reason is not None:
-        telemetry.REFUSALS.inc()
-        log.info("deletion refused", extra={"namespace": domain.namespace, "compute_domain": domain.name})
-        raise kopf.AdmissionError(reason, code=403)
+    with admission.measured("validate-computedomain-delete", kwargs.get("operation")):
+        if context.configuration.compute_domain.deletion_protection is not configuration.DeletionProtection.DENY:
+            return
+        domain = domains.facts_of(body)
+        if not domain.managed:
+            return
+        pods = context.client.list_objects("v1", "pods", namespace=domain.namespace)
+        users = references.users_of(pods, domain=domain.name, claim_template=domain.claim_template)
+        reason = planner.refusal(domain, users)
+        if reason is not None:
+            telemetry.REFUSALS.inc()
+            log.info("deletion refused", extra={"namespace": domain.namespace, "compute_domain": domain.name})
+            raise kopf.AdmissionError(reason, code=403)

@@ -1,62 +1,88 @@
-"""kopf wiring: domain and pod events feed the stores and queue domains; the Lease holder protects and
-releases them one at a time."""
+"""kopf wiring: domain and pod events (and fresh lists) feed the stores and queue domains; the Lease holder
+protects and releases them one at a time, never before the stores are synced. Per-event work is O(1): the
+gauges are refreshed on a timer, not per domain."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_runtime import operator, workqueue
+from mnnvl_runtime import domains, operator, stores, workqueue
 
 from . import executor, planner, state, telemetry
 
 RESYNC_SECONDS = 30.0
-#: Only pods our webhooks gave a scope, and only managed ComputeDomains, are sent to the guardian.
 WATCH_SELECTORS: operator.WatchSelectors = {
-    "pods": keys.SCOPE_LABEL,
-    (keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL): (
-        f"{keys.MANAGED_BY_LABEL} in ({','.join(sorted(keys.DOMAIN_MANAGERS))})"
-    ),
+    "pods": state.POD_SELECTOR,
+    (keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL): state.DOMAIN_SELECTOR,
 }
 STORES = state.Stores()
-_queue: workqueue.WorkQueue[state.NamespacedName] | None = None
 
 
-def queue() -> workqueue.WorkQueue[state.NamespacedName]:
-    assert _queue is not None, "the guardian has not started"
-    return _queue
+class Guardian:
+    """Decides and acts on one managed domain at a time."""
+
+    def __init__(self, context: operator.Context, stores_: state.Stores) -> None:
+        self.context = context
+        self.stores = stores_
+        self.writer = domains.DomainWriter(
+            context.client,
+            component=context.identity.reporting_component,
+            scope="guardian",
+            fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
+        )
+        self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
+            context.elector, self.guard, kind="ComputeDomain"
+        )
+        self.sync = stores.StoreSync(
+            context.client,
+            stores_.mirrors,
+            every=context.configuration.watching.store_resync_seconds,
+            touched=lambda found: self.queue.enqueue(*found),
+        )
+
+    async def guard(self, key: state.NamespacedName) -> None:
+        await self.sync.synced.wait()  # no decision before every store holds a complete list
+        domain = self.stores.domain(key)
+        if domain is None:
+            return
+        action = planner.decide(
+            domain, template_in_use=self.stores.in_use(domain), gate_enabled=self.context.gate_enabled
+        )
+        await executor.apply(self.context.client, self.writer, domain, action)
+
+    def publish_gauges(self) -> None:
+        terminating = sum(
+            1
+            for key in self.stores.domain_keys()
+            if (facts := self.stores.domain(key)) and facts.deleting and facts.protected
+        )
+        telemetry.TERMINATING.set(terminating)
 
 
-def _managed(value: str | None, **_: Any) -> bool:
-    return value in keys.DOMAIN_MANAGERS
+_guardian: Guardian | None = None
+
+
+def guardian() -> Guardian:
+    assert _guardian is not None, "the guardian has not started"
+    return _guardian
 
 
 @kopf.on.startup(registry=state.registry, id="start-guardian")
 async def start(memo: Any, **_: Any) -> None:
-    global _queue  # noqa: PLW0603 - one queue per process, created once kopf runs
-    context = operator.context_of(memo)
-
-    async def guard(key: state.NamespacedName) -> None:
-        domain = STORES.domain(key)
-        if domain is None:
-            return
-        action = planner.decide(
-            domain, template_in_use=STORES.template_in_use(domain), gate_enabled=context.gate_enabled
-        )
-        await executor.apply(context.client, domain, action)
-        publish_gauges()
-
-    _queue = workqueue.WorkQueue(context.elector, guard, kind="ComputeDomain")
-    memo["tasks"] = _queue.start(STORES.domain_keys, every=RESYNC_SECONDS, then=publish_gauges)
+    global _guardian  # noqa: PLW0603 - one guardian per process, created once kopf runs
+    _guardian = Guardian(operator.context_of(memo), STORES)
+    memo["tasks"] = [
+        *_guardian.queue.start(STORES.domain_keys, every=RESYNC_SECONDS, then=_guardian.publish_gauges),
+        asyncio.create_task(_guardian.sync.run(), name="store-sync-ComputeDomain"),
+    ]
 
 
-def publish_gauges() -> None:
-    terminating = sum(
-        1 for key in STORES.domain_keys() if (facts := STORES.domain(key)) and facts.deleting and facts.protected
-    )
-    telemetry.TERMINATING.set(terminating)
+def _managed(value: str | None, **_: Any) -> bool:
+    return value in keys.DOMAIN_MANAGERS
 
 
 @kopf.on.event(
@@ -68,11 +94,9 @@ def publish_gauges() -> None:
     registry=state.registry,
 )
 async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
-    key = STORES.observe_domain(body, deleted=type == "DELETED")
-    if key is not None:
-        queue().enqueue(key)
+    guardian().queue.enqueue(*STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
 async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
-    queue().enqueue(*STORES.observe_pod(body, deleted=type == "DELETED"))
+    guardian().queue.enqueue(*STORES.pod_mirror.observe(body, deleted=type == "DELETED"))

@@ -1,4 +1,5 @@
-"""What the guardian knows: managed domains and the claim templates live pods use, kept from watch events."""
+"""What the guardian knows: managed domains and which live pods use them, kept from watch events and fresh
+lists (the shared `DomainStores`)."""
 
 from __future__ import annotations
 
@@ -8,54 +9,66 @@ from typing import Any
 
 import kopf
 
-from mnnvl_api.decisions import domains, references
-from mnnvl_runtime import indexes
+from mnnvl_api import keys
+from mnnvl_api.decisions import domains
+from mnnvl_runtime import stores
 
 registry = kopf.OperatorRegistry()
 NamespacedName = tuple[str, str]
+#: The guardian is sent only pods our webhooks gave a scope, and only ComputeDomains an mnnvl controller manages.
+POD_SELECTOR = keys.SCOPE_LABEL
+DOMAIN_SELECTOR = f"{keys.MANAGED_BY_LABEL} in ({','.join(sorted(keys.DOMAIN_MANAGERS))})"
 
 
 @dataclasses.dataclass
 class Stores:
-    # Every index is keyed by object uid (see `mnnvl_runtime.indexes`); its groups are (namespace, name) pairs.
-    #: (namespace, domain) → the managed domain
-    managed: indexes.Index[NamespacedName, domains.DomainFacts] = dataclasses.field(default_factory=indexes.Index)
-    #: (namespace, claim template) → the managed domain that names it
-    by_template: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
-    #: (namespace, claim template) → non-terminal pods referencing it
-    in_use: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
+    shared: stores.DomainStores = dataclasses.field(default_factory=stores.DomainStores)
 
-    def observe_domain(self, body: Mapping[str, Any], *, deleted: bool) -> NamespacedName | None:
-        facts = domains.facts_of(body)
-        uid = indexes.object_key(body)
-        if deleted or not facts.managed:
-            self.managed.drop(uid)
-            self.by_template.drop(uid)
-            return None
-        key = (facts.namespace, facts.name)
-        self.managed.put(uid, {key: facts})
-        self.by_template.put(uid, {(facts.namespace, facts.claim_template): facts.name})
-        return key
+    def __post_init__(self) -> None:
+        self.domain_mirror = stores.Mirror(
+            stores.Resource(
+                api_version=keys.COMPUTE_DOMAIN_API_VERSION,
+                plural=keys.COMPUTE_DOMAIN_PLURAL,
+                label_selector=DOMAIN_SELECTOR,
+            ),
+            self.apply_domain,
+        )
+        self.pod_mirror = stores.Mirror(
+            stores.Resource(api_version="v1", plural="pods", label_selector=POD_SELECTOR), self.apply_pod
+        )
 
-    def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool) -> list[NamespacedName]:
-        """Record a pod; returns the managed domains whose use may have changed."""
-        meta = pod["metadata"]
-        key = indexes.object_key(pod)
-        namespace = meta.get("namespace", "")
-        before = set(self.in_use.groups_of(key))
-        if deleted:
-            self.in_use.drop(key)
-        else:
-            templates = references.live_claim_templates(pod)
-            self.in_use.put(key, dict.fromkeys(((namespace, t) for t in templates), meta["name"]))
-        touched = before | set(self.in_use.groups_of(key))
-        return sorted({(template[0], name) for template in touched for name in self.by_template.get(template).values()})
+    @property
+    def mirrors(self) -> list[stores.Mirror[NamespacedName]]:
+        return [self.domain_mirror, self.pod_mirror]
+
+    def apply_domain(self, uid: str, body: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index a domain the guardian may act on (managed, by identity); returns its key."""
+        before = self._keys_of(uid)
+        self.shared.apply_domain(uid, body if body is not None and domains.facts_of(body).managed else None)
+        return sorted({*before, *self._keys_of(uid)})
+
+    def apply_pod(self, uid: str, pod: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index what a pod uses; returns the managed domains whose use may have changed."""
+        before = {*self.shared.template_users.groups_of(uid), *self.shared.domain_recorders.groups_of(uid)}
+        self.shared.apply_pod(uid, pod)
+        after = {*self.shared.template_users.groups_of(uid), *self.shared.domain_recorders.groups_of(uid)}
+        found: set[NamespacedName] = set()
+        for namespace, name in before | after:
+            found |= {(namespace, f.name) for f in self.shared.domains_by_template(namespace, name)}
+            if self.shared.domain(namespace, name) is not None:
+                found.add((namespace, name))
+        return sorted(found)
+
+    def _keys_of(self, uid: str) -> list[NamespacedName]:
+        return [
+            (namespace, name) for tag, namespace, name in self.shared.compute_domains.groups_of(uid) if tag == "name"
+        ]
 
     def domain(self, key: NamespacedName) -> domains.DomainFacts | None:
-        return self.managed.newest(key, going=lambda facts: facts.deleting)
+        return self.shared.domain(*key)
 
-    def template_in_use(self, facts: domains.DomainFacts) -> bool:
-        return (facts.namespace, facts.claim_template) in self.in_use
+    def in_use(self, facts: domains.DomainFacts) -> bool:
+        return self.shared.in_use(facts)
 
     def domain_keys(self) -> list[NamespacedName]:
-        return self.managed.groups()
+        return [(namespace, name) for tag, namespace, name in self.shared.compute_domains.groups() if tag == "name"]

@@ -1,53 +1,67 @@
-"""kopf wiring: watch events feed the stores and queue the affected LeaderWorkerSets; the Lease holder
-reconciles them one at a time: stores → snapshot → plan → executor.
+"""kopf wiring: watch events and fresh lists feed the stores and queue the affected LeaderWorkerSets; the
+Lease holder reconciles them: stores → snapshot → plan → executor, never before the stores are synced.
 
 The event handlers are `async` (they do no I/O) so that they run on the event loop thread, like the
 reconciler that reads the stores and the work queue they feed; kopf would run sync ones in threads."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_runtime import metrics, operator, workqueue
+from mnnvl_runtime import metrics, operator, stores, workqueue
 
 from . import executor, planner, state
 
 RESYNC_SECONDS = 30.0
-RETRY_SECONDS = 2.0
 #: Only replica-scope pods are sent to this controller (all ComputeDomains are: a foreign one may collide).
-WATCH_SELECTORS: operator.WatchSelectors = {"pods": keys.SCOPE_LABEL}
+WATCH_SELECTORS: operator.WatchSelectors = {"pods": state.POD_SELECTOR}
 
 
 class Reconciler:
     """Reconciles one LeaderWorkerSet at a time: stores → snapshot → plan → executor."""
 
-    def __init__(self, context: operator.Context, stores: state.Stores) -> None:
+    def __init__(self, context: operator.Context, stores_: state.Stores) -> None:
         self.context = context
-        self.stores = stores
-        self.executor = executor.Executor(context.client, context.identity.reporting_component)
+        self.stores = stores_
+        self.executor = executor.Executor(
+            context.client,
+            context.identity.reporting_component,
+            fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
+        )
         self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
-            context.elector, self.reconcile, kind="LeaderWorkerSet", retry_seconds=RETRY_SECONDS
+            context.elector, self.reconcile, kind="LeaderWorkerSet"
+        )
+        self.sync = stores.StoreSync(
+            context.client,
+            stores_.mirrors,
+            every=context.configuration.watching.store_resync_seconds,
+            touched=lambda found: self.enqueue(*found),
         )
 
     def enqueue(self, *workloads: state.NamespacedName) -> None:
         self.queue.enqueue(*workloads)
 
     async def reconcile(self, workload: state.NamespacedName) -> None:
+        await self.sync.synced.wait()  # no decision before every store holds a complete list
         snapshot = self.stores.snapshot(*workload, gate_enabled=self.context.gate_enabled)
-        await self.executor.apply(snapshot, planner.plan(snapshot))
+        come_back = await self.executor.apply(snapshot, planner.plan(snapshot))
+        if come_back is not None:
+            self.queue.enqueue_after(come_back, workload)
 
     def publish_gauges(self) -> None:
         counts = {"pending": 0, "ready": 0, "terminating": 0}
-        for tag, namespace, name in self.stores.compute_domains.groups():
+        shared = self.stores.shared
+        for tag, namespace, name in shared.compute_domains.groups():
             if tag != "workload":
                 continue
-            for facts in self.stores.compute_domains.get((tag, namespace, name)).values():
+            for facts in shared.compute_domains.get((tag, namespace, name)).values():
                 if facts.deleting:
                     counts["terminating"] += 1
-                elif (namespace, facts.claim_template) in self.stores.templates:
+                elif shared.template_exists(namespace, facts.claim_template):
                     counts["ready"] += 1
                 else:
                     counts["pending"] += 1
@@ -71,19 +85,20 @@ async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
     global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
     context = operator.context_of(memo)
     _reconciler = Reconciler(context, STORES)
-    memo["tasks"] = _reconciler.queue.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges)
+    memo["tasks"] = [
+        *_reconciler.queue.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges),
+        asyncio.create_task(_reconciler.sync.run(), name="store-sync-LeaderWorkerSet"),
+    ]
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
 async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
-    workload = STORES.observe_pod(body, deleted=type == "DELETED")
-    if workload is not None:
-        reconciler().enqueue(workload)
+    reconciler().enqueue(*STORES.pod_mirror.observe(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event(keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL, id="leaderworkersets", registry=state.registry)
 async def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
-    reconciler().enqueue(STORES.observe_workload(body, deleted=type == "DELETED"))
+    reconciler().enqueue(*STORES.workload_mirror.observe(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event(
@@ -94,9 +109,9 @@ async def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
     registry=state.registry,
 )
 async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
-    reconciler().enqueue(*STORES.observe_domain(body, deleted=type == "DELETED"))
+    reconciler().enqueue(*STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates", id="claimtemplates", registry=state.registry)
 async def on_template(body: kopf.Body, type: str, **_: Any) -> None:
-    reconciler().enqueue(*STORES.observe_template(body, deleted=type == "DELETED"))
+    reconciler().enqueue(*STORES.template_mirror.observe(body, deleted=type == "DELETED"))

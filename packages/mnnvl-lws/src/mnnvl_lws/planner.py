@@ -1,12 +1,14 @@
 """Reconciliation of one LeaderWorkerSet's ComputeDomains: a snapshot in, a plan out. No I/O, no clock.
 
 Rules (the user contract):
-- each live leader incarnation has the domain recorded on its leader pod; create it if missing;
+- each live leader incarnation of an opted-in LWS has the domain recorded on its leader pod, when that name
+  is exactly what the replica scope derives for its group; create it if missing;
 - a domain with that name that this LWS does not manage is never adopted: warn, and keep the group gated;
-- release pods to the scheduler once their domain is ready;
+- release pods to the scheduler once their domain is ready (a worker only onto its live leader's domain);
 - a domain is obsolete once no live leader records it (group restarted or replaced, rolling update,
-  scale-down, LWS deleted); delete it only when no non-terminal pod references its claim template, and
-  then let its protection finalizer go;
+  scale-down, LWS deleted); it goes (by the fenced deletion) only when no non-terminal pod holds its claim or
+  records it, and then its protection finalizer is let go;
+- only domains that are ours by identity are ever deleted, marked or released;
 - with the feature gate disabled, do nothing at all.
 """
 
@@ -26,6 +28,7 @@ class Workload:
     name: str
     uid: str
     deleting: bool = False
+    opted_in: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,6 +40,15 @@ class PodFacts:
     gated: bool
     terminal: bool
     deleting: bool
+    uid: str = ""
+    #: The pod has containers that should hold the channel claim but holds none (admitted without our webhook).
+    missing_claim: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodRef:
+    name: str
+    uid: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -48,7 +60,8 @@ class Snapshot:
     #: Every domain of this LWS's name (ours or not) plus the domains its leaders record, by name.
     domains: dict[str, domains.DomainFacts]
     existing_templates: frozenset[str]
-    templates_in_use: frozenset[str]  # referenced by non-terminal pods in the namespace
+    templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
+    domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
     gate_enabled: bool
 
 
@@ -69,14 +82,15 @@ class Warning:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plan:
     create: tuple[DomainToCreate, ...] = ()
-    ungate: tuple[str, ...] = ()  # pod names
-    delete: tuple[str, ...] = ()  # domain names
+    ungate: tuple[PodRef, ...] = ()
+    delete: tuple[str, ...] = ()  # domain names, for the fenced deletion
+    uncondemn: tuple[str, ...] = ()  # condemned domains that are wanted again
     release: tuple[str, ...] = ()  # domain names whose protection finalizer may go
     warnings: tuple[Warning, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.create or self.ungate or self.delete or self.release or self.warnings)
+        return not (self.create or self.ungate or self.delete or self.uncondemn or self.release or self.warnings)
 
 
 def domain_labels(workload: Workload, group: int) -> dict[str, str]:
@@ -89,23 +103,47 @@ def domain_labels(workload: Workload, group: int) -> dict[str, str]:
     }
 
 
+def is_ours(domain: domains.DomainFacts, lws_name: str) -> bool:
+    """Created by mnnvl-lws for a group of the LWS of this name (any incarnation of it): the API server records
+    us as the creator, and the name is exactly what the replica scope derives from the domain's labels."""
+    group = domain.group
+    return (
+        domain.managed_by == MANAGER
+        and domain.created_by == MANAGER
+        and domain.owner_uid is not None
+        and domain.workload == lws_name
+        and group is not None
+        and group.isdigit()
+        and names.replica_domain_token(domain.name, lws_name, int(group)) is not None
+        and domain.claim_template == names.claim_template_name(domain.name)
+    )
+
+
+def has_valid_domain(pod: PodFacts, lws_name: str) -> bool:
+    """A leader's recorded domain is trusted only when it is one the replica scope derives for its group."""
+    return pod.domain is not None and names.replica_domain_token(pod.domain, lws_name, pod.group) is not None
+
+
 def plan(snapshot: Snapshot) -> Plan:
     if not snapshot.gate_enabled:
         return Plan()
     workload = snapshot.workload
     live_leaders = [p for p in snapshot.pods if p.is_leader and not p.terminal and p.domain]
-    current = {p.domain for p in live_leaders if p.domain}
+    valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.lws_name)]
+    current = {p.domain for p in valid_leaders if p.domain}
+    warnings = [_invalid_name(p) for p in live_leaders if not has_valid_domain(p, snapshot.lws_name)]
     create: list[DomainToCreate] = []
-    warnings: list[Warning] = []
     ready: set[str] = set()
-    if workload is not None and not workload.deleting:
-        for leader in live_leaders:
+    if workload is not None and workload.opted_in and not workload.deleting:
+        for leader in valid_leaders:
             assert leader.domain is not None
             found = snapshot.domains.get(leader.domain)
             if found is None:
-                create.append(_to_create(workload, leader))
+                if not leader.deleting:
+                    create.append(_to_create(workload, leader))
             elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
                 warnings.append(_foreign(workload, leader, found))
+        warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
     if workload is not None:
         ready = {
             name
@@ -117,19 +155,38 @@ def plan(snapshot: Snapshot) -> Plan:
                 template_exists=names.claim_template_name(name) in snapshot.existing_templates,
             )
         }
-    ungate = tuple(p.name for p in snapshot.pods if p.gated and not p.terminal and p.domain in ready)
+    leader_domains = {p.group: p.domain for p in valid_leaders if not p.deleting}
+    ungate = tuple(
+        PodRef(name=p.name, uid=p.uid)
+        for p in snapshot.pods
+        if p.gated
+        and not p.terminal
+        and not p.deleting
+        and p.domain in ready
+        and (p.is_leader or leader_domains.get(p.group) == p.domain)
+    )
     delete: list[str] = []
+    uncondemn: list[str] = []
     release: list[str] = []
     for name, found in sorted(snapshot.domains.items()):
-        if found.managed_by != MANAGER or found.workload != snapshot.lws_name or name in current:
+        if not is_ours(found, snapshot.lws_name):
             continue
-        in_use = found.claim_template in snapshot.templates_in_use
-        if not found.deleting and not in_use:
+        in_use = found.claim_template in snapshot.templates_in_use or name in snapshot.domains_recorded
+        if name in current or in_use:
+            if found.condemned and not found.deleting:
+                uncondemn.append(name)
+            continue
+        if not found.deleting:
             delete.append(name)
         elif domains.may_release(found, template_in_use=in_use):
             release.append(name)
     return Plan(
-        create=tuple(create), ungate=ungate, delete=tuple(delete), release=tuple(release), warnings=tuple(warnings)
+        create=tuple(create),
+        ungate=ungate,
+        delete=tuple(delete),
+        uncondemn=tuple(uncondemn),
+        release=tuple(release),
+        warnings=tuple(warnings),
     )
 
 
@@ -153,5 +210,27 @@ def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -
             f"ComputeDomain {found.name} already exists and is {owner}; it is not adopted and leader "
             f"{leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} "
             "to get a new domain name"
+        ),
+    )
+
+
+def _invalid_name(leader: PodFacts) -> Warning:
+    return Warning(
+        reason=events.INVALID_DOMAIN_NAME_REASON,
+        message=(
+            f"Pod {leader.name} records ComputeDomain name {leader.domain!r}, which is not one this LeaderWorkerSet "
+            f"derives for group {leader.group}; no domain is created for it: delete pod {leader.name} so it is "
+            "created again with a derived name"
+        ),
+    )
+
+
+def _missing_claim(workload: Workload, pod: PodFacts) -> Warning:
+    return Warning(
+        reason=events.POD_WITHOUT_CHANNEL_CLAIM_REASON,
+        message=(
+            f"Pod {pod.name} of LeaderWorkerSet {workload.name} has GPU containers but no ComputeDomain channel "
+            "claim (it was created while the mnnvl-lws pod webhook was not registered or not reachable): delete "
+            "the pod so it is created again with its claim"
         ),
     )

@@ -1,5 +1,5 @@
-"""What this controller knows about the cluster, kept current from watch events, and the registry its
-kopf handlers (watchers and webhooks) are registered in."""
+"""What this controller knows about the cluster, kept current from watch events and fresh lists, and the
+registry its kopf handlers (watchers and webhooks) are registered in."""
 
 from __future__ import annotations
 
@@ -10,96 +10,114 @@ from typing import Any
 import kopf
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import domains, injection, references
-from mnnvl_runtime import indexes
+from mnnvl_api.decisions import domains, injection, opt_in, references
+from mnnvl_runtime import indexes, stores
 
 from . import decisions, planner
 
 registry = kopf.OperatorRegistry()
 
 NamespacedName = tuple[str, str]
+#: Only replica-scope pods are watched (and listed); every ComputeDomain is (a foreign one may collide).
+POD_SELECTOR = keys.SCOPE_LABEL
 
 
 @dataclasses.dataclass
 class Stores:
+    #: Domains, claim templates and which pods use what: the indexes every domain controller shares.
+    shared: stores.DomainStores = dataclasses.field(default_factory=stores.DomainStores)
     #: (namespace, LWS name) → its replica-scope pods
     pods: indexes.Index[NamespacedName, planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, domain) → names of the LWS whose pods record it
     domain_users: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
-    #: (namespace, claim template) → non-terminal pods (of any scope) referencing it
-    templates_in_use: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, LWS name) → the LeaderWorkerSet
     workloads: indexes.Index[NamespacedName, planner.Workload] = dataclasses.field(default_factory=indexes.Index)
-    #: ("name" | "workload" | "template", namespace, value) → ComputeDomains
-    compute_domains: indexes.Index[tuple[str, str, str], domains.DomainFacts] = dataclasses.field(
-        default_factory=indexes.Index
-    )
-    #: (namespace, name) → ResourceClaimTemplates that exist
-    templates: indexes.Index[NamespacedName, bool] = dataclasses.field(default_factory=indexes.Index)
 
-    # --- feeding -------------------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        self.pod_mirror = stores.Mirror(
+            stores.Resource(api_version="v1", plural="pods", label_selector=POD_SELECTOR), self.apply_pod
+        )
+        self.workload_mirror = stores.Mirror(
+            stores.Resource(api_version=keys.LWS_API_VERSION, plural=keys.LWS_PLURAL), self.apply_workload
+        )
+        self.domain_mirror = stores.Mirror(
+            stores.Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=keys.COMPUTE_DOMAIN_PLURAL),
+            self.apply_domain,
+        )
+        self.template_mirror = stores.Mirror(
+            stores.Resource(api_version="resource.k8s.io/v1", plural="resourceclaimtemplates"), self.apply_template
+        )
 
-    def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool) -> NamespacedName | None:
-        """Record a pod; returns the (namespace, LWS) it belongs to when it is a replica-scope pod."""
+    @property
+    def mirrors(self) -> list[stores.Mirror[NamespacedName]]:
+        return [self.pod_mirror, self.workload_mirror, self.domain_mirror, self.template_mirror]
+
+    # --- feeding (through the mirrors: watch events and fresh lists) ---------------------------------------
+
+    def apply_pod(self, uid: str, pod: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index a replica-scope pod (None: its deletion); returns the (namespace, LWS) it belongs to."""
+        before = self.pods.groups_of(uid)
+        self.shared.apply_pod(uid, pod)
+        self.pods.drop(uid)
+        self.domain_users.drop(uid)
+        if pod is None:
+            return list(before)
         meta = pod["metadata"]
-        key = indexes.object_key(pod)
-        namespace, name = meta.get("namespace", ""), meta["name"]
-        labels = meta.get("labels") or {}
-        if deleted:
-            for index in (self.pods, self.domain_users, self.templates_in_use):
-                index.drop(key)
-        else:
-            self.templates_in_use.put(
-                key, dict.fromkeys(((namespace, t) for t in references.live_claim_templates(pod)), name)
-            )
-        if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA:
-            return None
+        namespace = meta.get("namespace", "")
         position = decisions.pod_position(pod)
-        if not isinstance(position, decisions.PodPosition):
-            return None
-        if not deleted:
-            facts = pod_facts(pod, position)
-            self.pods.put(key, {(namespace, position.lws): facts})
-            self.domain_users.put(key, {(namespace, facts.domain): position.lws} if facts.domain else {})
-        return namespace, position.lws
+        if (meta.get("labels") or {}).get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA or not isinstance(
+            position, decisions.PodPosition
+        ):
+            return list(before)
+        facts = pod_facts(pod, position)
+        self.pods.put(uid, {(namespace, position.lws): facts})
+        self.domain_users.put(uid, {(namespace, facts.domain): position.lws} if facts.domain else {})
+        return sorted({*before, (namespace, position.lws)})
 
-    def observe_workload(self, lws: Mapping[str, Any], *, deleted: bool) -> NamespacedName:
+    def apply_workload(self, uid: str, lws: Mapping[str, Any] | None) -> list[NamespacedName]:
+        before = self.workloads.groups_of(uid)
+        if lws is None:
+            self.workloads.drop(uid)
+            return list(before)
         meta = lws["metadata"]
         workload = (meta.get("namespace", ""), meta["name"])
-        if deleted:
-            self.workloads.drop(indexes.object_key(lws))
-        else:
-            facts = planner.Workload(
-                namespace=workload[0], name=workload[1], uid=meta["uid"], deleting=bool(meta.get("deletionTimestamp"))
-            )
-            self.workloads.put(indexes.object_key(lws), {workload: facts})
-        return workload
+        facts = planner.Workload(
+            namespace=workload[0],
+            name=workload[1],
+            uid=meta["uid"],
+            deleting=bool(meta.get("deletionTimestamp")),
+            opted_in=opt_in.is_opted_in(meta.get("annotations") or {}, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION),
+        )
+        self.workloads.put(uid, {workload: facts})
+        return [workload]
 
-    def observe_domain(self, domain: Mapping[str, Any], *, deleted: bool) -> list[NamespacedName]:
-        """Record a ComputeDomain; returns the LWS keys that care about it."""
-        facts = domains.facts_of(domain)
-        key = indexes.object_key(domain)
-        if deleted:
-            self.compute_domains.drop(key)
-        else:
-            contributions = {
-                ("name", facts.namespace, facts.name): facts,
-                ("template", facts.namespace, facts.claim_template): facts,
+    def apply_domain(self, uid: str, domain: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index a ComputeDomain; returns the LWS keys that care about it (before and after the change)."""
+        before = [self._interested(facts) for facts in self._domain_facts(uid)]
+        self.shared.apply_domain(uid, domain, manager=planner.MANAGER)
+        after = [self._interested(facts) for facts in self._domain_facts(uid)]
+        return sorted({key for found in (*before, *after) for key in found})
+
+    def apply_template(self, uid: str, template: Mapping[str, Any] | None) -> list[NamespacedName]:
+        keys_before = self.shared.templates.groups_of(uid)
+        self.shared.apply_template(uid, template)
+        touched = {*keys_before, *self.shared.templates.groups_of(uid)}
+        return sorted(
+            {
+                lws
+                for namespace, name in touched
+                for facts in self.shared.domains_by_template(namespace, name)
+                for lws in self._interested(facts)
             }
-            if facts.workload and facts.managed_by == planner.MANAGER:
-                contributions[("workload", facts.namespace, facts.workload)] = facts
-            self.compute_domains.put(key, contributions)
-        return self._interested(facts)
+        )
 
-    def observe_template(self, template: Mapping[str, Any], *, deleted: bool) -> list[NamespacedName]:
-        meta = template["metadata"]
-        key = (meta.get("namespace", ""), meta["name"])
-        if deleted:
-            self.templates.drop(indexes.object_key(template))
-        else:
-            self.templates.put(indexes.object_key(template), {key: True})
+    def _domain_facts(self, uid: str) -> list[domains.DomainFacts]:
         return [
-            lws for facts in self.compute_domains.get(("template", *key)).values() for lws in self._interested(facts)
+            facts
+            for key in self.shared.compute_domains.groups_of(uid)
+            if key[0] == "name"
+            for facts in [self.shared.compute_domains.get(key).get(uid)]
+            if facts is not None
         ]
 
     def _interested(self, facts: domains.DomainFacts) -> list[NamespacedName]:
@@ -110,69 +128,74 @@ class Stores:
 
     # --- reading -------------------------------------------------------------------------------------------
 
-    def domain(self, namespace: str, name: str) -> domains.DomainFacts | None:
-        return self.compute_domains.newest(("name", namespace, name), going=_deleting)
-
     def workload(self, namespace: str, name: str) -> planner.Workload | None:
         return self.workloads.newest((namespace, name), going=_deleting)
 
     def domain_ready(self, namespace: str, name: str, lws: str) -> bool:
         workload = self.workload(namespace, lws)
         return workload is not None and domains.is_ready(
-            self.domain(namespace, name),
+            self.shared.domain(namespace, name),
             owner_uid=workload.uid,
             manager=planner.MANAGER,
-            template_exists=(namespace, _template_of(name)) in self.templates,
+            template_exists=self.shared.template_exists(namespace, names.claim_template_name(name)),
         )
 
     def snapshot(self, namespace: str, lws: str, *, gate_enabled: bool) -> planner.Snapshot:
         pods = tuple(self.pods.get((namespace, lws)).values())
-        found: dict[str, domains.DomainFacts] = {}
-        for facts in self.compute_domains.get(("workload", namespace, lws)).values():
-            found[facts.name] = self.domain(namespace, facts.name) or facts
+        found = {
+            facts.name: self.shared.domain(namespace, facts.name) or facts
+            for facts in self.shared.domains_of(namespace, lws)
+        }
         for pod in pods:
-            if pod.domain and pod.domain not in found and (recorded := self.domain(namespace, pod.domain)):
+            if pod.domain and pod.domain not in found and (recorded := self.shared.domain(namespace, pod.domain)):
                 found[pod.domain] = recorded
-        relevant_templates = {_template_of(name) for name in found} | {_template_of(p.domain) for p in pods if p.domain}
+        relevant_templates = {names.claim_template_name(name) for name in found} | {
+            names.claim_template_name(p.domain) for p in pods if p.domain
+        }
         return planner.Snapshot(
             namespace=namespace,
             lws_name=lws,
             workload=self.workload(namespace, lws),
             pods=pods,
             domains=found,
-            existing_templates=frozenset(t for t in relevant_templates if (namespace, t) in self.templates),
+            existing_templates=frozenset(t for t in relevant_templates if self.shared.template_exists(namespace, t)),
             templates_in_use=frozenset(
-                f.claim_template for f in found.values() if (namespace, f.claim_template) in self.templates_in_use
+                f.claim_template for f in found.values() if (namespace, f.claim_template) in self.shared.template_users
             ),
+            domains_recorded=frozenset(name for name in found if (namespace, name) in self.shared.domain_recorders),
             gate_enabled=gate_enabled,
         )
 
     def workload_keys(self) -> list[NamespacedName]:
         """Every LWS this controller may have work for: known objects, their pods, their domains."""
-        managed = {(namespace, name) for tag, namespace, name in self.compute_domains.groups() if tag == "workload"}
+        managed = {
+            (namespace, name) for tag, namespace, name in self.shared.compute_domains.groups() if tag == "workload"
+        }
         return sorted(set(self.workloads.groups()) | set(self.pods.groups()) | managed)
 
 
-def _deleting(facts: domains.DomainFacts | planner.Workload) -> bool:
+def _deleting(facts: planner.Workload) -> bool:
     return facts.deleting
-
-
-def _template_of(domain: str) -> str:
-    return names.claim_template_name(domain)
 
 
 def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planner.PodFacts:
     meta = pod["metadata"]
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    targets, _ = injection.target_containers(spec, annotations)
+    holds_channel = any(c.get("name") == keys.CHANNEL_CLAIM_NAME for c in spec.get("resourceClaims") or ())
     return planner.PodFacts(
         name=meta["name"],
+        uid=meta.get("uid", ""),
         group=position.group,
         is_leader=position.is_leader,
-        domain=(meta.get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION),
-        gated=injection.is_gated(pod.get("spec") or {}),
+        domain=references.recorded_domain(pod),
+        gated=injection.is_gated(spec),
         terminal=not references.is_non_terminal(pod),
         deleting=bool(meta.get("deletionTimestamp")),
+        missing_claim=bool(targets) and not holds_channel,
     )
 
 
-#: The one store of this process: fed by the watch handlers, read by reconciliation and admission.
+#: The one store of this process: fed by the watch handlers and fresh lists, read by reconciliation and admission.
 STORES = Stores()

@@ -129,6 +129,24 @@ class Kube:
                 return None
             raise
 
+    def list_all(
+        self, api_version: str, plural: str, *, label_selector: str | None = None, page_size: int = 500
+    ) -> tuple[list[Object], str]:
+        """Every object of a collection (all namespaces), page by page, and the resourceVersion of the snapshot
+        all pages come from."""
+        path = path_of(api_version, plural)
+        items: list[Object] = []
+        query = {"limit": str(page_size)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        while True:
+            page = self.request("GET", path, query=query)
+            items += page.get("items") or []
+            meta = page.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion", ""))
+            query["continue"] = meta["continue"]
+
     def list_objects(
         self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
     ) -> list[Object]:
@@ -138,7 +156,9 @@ class Kube:
 
     def create(self, manifest: Object, plural: str) -> Object:
         namespace = manifest["metadata"].get("namespace")
-        return self.request("POST", path_of(manifest["apiVersion"], plural, namespace=namespace), body=manifest)
+        # The field manager is recorded in managedFields: it is how our domains are told from look-alikes.
+        path = path_of(manifest["apiVersion"], plural, namespace=namespace)
+        return self.request("POST", path, query={"fieldManager": self.field_manager}, body=manifest)
 
     def apply(self, manifest: Object, plural: str, *, force: bool = True) -> Object:
         """Server-side apply under this controller's field manager."""
@@ -202,6 +222,11 @@ class Kube:
         self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
     ) -> list[Object]:
         return await asyncio.to_thread(self.list_objects, api_version, plural, namespace=namespace, **query)
+
+    async def alist_all(
+        self, api_version: str, plural: str, *, label_selector: str | None = None
+    ) -> tuple[list[Object], str]:
+        return await asyncio.to_thread(self.list_all, api_version, plural, label_selector=label_selector)
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
         return await asyncio.to_thread(self.create, manifest, plural)

@@ -1,4 +1,10 @@
-"""Facts about managed ComputeDomains that every scope controller decides on: ownership, readiness, release."""
+"""Facts about managed ComputeDomains that every scope controller decides on: identity, readiness, release.
+
+Identity rests on what the API server records, not only on labels anyone can set: a domain is ours when its
+owner-uid and managed-by labels are owned (`metadata.managedFields`) by exactly the controller they name, the
+one that created the domain with them. A foreign domain relabelled to look like ours is owned by whoever
+relabelled it, and is never touched.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import keys
+
+#: The labels that make a domain ours; the API server must record our field manager as their only owner.
+IDENTITY_LABELS = (keys.OWNER_UID_LABEL, keys.MANAGED_BY_LABEL)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -21,10 +30,21 @@ class DomainFacts:
     claim_template: str
     deleting: bool
     protected: bool  # carries the protection finalizer
+    uid: str = ""
+    resource_version: str = ""
+    group: str | None = None  # the group (replica scope) the domain serves, from its label
+    condemned: bool = False  # marked for deletion: no pod may be admitted onto it
+    #: The field manager that alone owns the identity labels (None: nobody alone, or no managedFields).
+    created_by: str | None = None
 
     @property
     def managed(self) -> bool:
-        return self.managed_by in keys.DOMAIN_MANAGERS and self.owner_uid is not None
+        """Created by one of mnnvl's scope controllers, as the labels say and the API server confirms."""
+        return (
+            self.managed_by in keys.DOMAIN_MANAGERS
+            and self.owner_uid is not None
+            and self.created_by == self.managed_by
+        )
 
 
 def facts_of(domain: Mapping[str, Any]) -> DomainFacts:
@@ -41,23 +61,43 @@ def facts_of(domain: Mapping[str, Any]) -> DomainFacts:
         .get("name", ""),
         deleting=bool(meta.get("deletionTimestamp")),
         protected=keys.PROTECTION_FINALIZER in (meta.get("finalizers") or []),
+        uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        group=labels.get(keys.GROUP_INDEX_LABEL),
+        condemned=keys.CONDEMNED_ANNOTATION in (meta.get("annotations") or {}),
+        created_by=identity_owner(meta),
     )
 
 
+def identity_owner(meta: Mapping[str, Any]) -> str | None:
+    """The one field manager owning every identity label, per `managedFields`; None if there is not exactly one."""
+    owners: set[str] = set()
+    for label in IDENTITY_LABELS:
+        owning = {
+            str(entry.get("manager"))
+            for entry in meta.get("managedFields") or ()
+            if f"f:{label}" in (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {})
+        }
+        if len(owning) != 1:
+            return None
+        owners |= owning
+    return owners.pop() if len(owners) == 1 else None
+
+
 def is_owned_by(domain: DomainFacts, *, owner_uid: str, manager: str) -> bool:
-    """True when `domain` was created by `manager` for the workload with `owner_uid` (never adopt others)."""
-    return domain.owner_uid == owner_uid and domain.managed_by == manager
+    """True when `manager` created `domain` for the workload with `owner_uid` (never adopt others)."""
+    return domain.owner_uid == owner_uid and domain.managed_by == manager and domain.created_by == manager
 
 
 def is_ready(domain: DomainFacts | None, *, owner_uid: str, manager: str, template_exists: bool) -> bool:
-    """Pods may be released to the scheduler: the domain is ours, alive, and its claim template exists.
-
-    Creating pods before the template exists risks the claim controller backing off for many minutes.
+    """Pods may be released to the scheduler: the domain is ours, alive, not condemned, and its claim template
+    exists. Creating pods before the template exists risks the claim controller backing off for many minutes.
     """
     return (
         domain is not None
         and is_owned_by(domain, owner_uid=owner_uid, manager=manager)
         and not domain.deleting
+        and not domain.condemned
         and template_exists
     )
 
@@ -65,3 +105,15 @@ def is_ready(domain: DomainFacts | None, *, owner_uid: str, manager: str, templa
 def may_release(domain: DomainFacts, *, template_in_use: bool) -> bool:
     """The protection finalizer may go: the domain is being deleted and no live pod references its template."""
     return domain.deleting and domain.protected and not template_in_use
+
+
+def admission_refusal(domain: DomainFacts | None) -> str | None:
+    """Why no pod may be admitted onto `domain` now (None: it may). A condemned domain is about to be deleted and a
+    deleting one is being torn down: a pod bound to either would run without IMEX; its creation is retried."""
+    if domain is None:
+        return None
+    if domain.deleting:
+        return f"ComputeDomain {domain.name} is being deleted"
+    if domain.condemned:
+        return f"ComputeDomain {domain.name} is about to be deleted"
+    return None

@@ -1,0 +1,297 @@
+"""The domain writer every scope controller (and the guardian) shares: create, ungate, fenced delete, guarded
+release, and Warning events posted once.
+
+Every write rests on a fresh read, not on the watch stores, and carries a precondition for what it relied
+on (create-if-absent, JSON-patch `test`, uid and resourceVersion on DELETE), so a stale store can make a
+writer do less, never something unsafe. The decisions themselves are pure (`mnnvl_api.decisions`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import prometheus_client
+
+from mnnvl_api import events, keys
+from mnnvl_api.decisions import domains, fencing, injection, references
+
+from . import events as posting
+from . import kube, metrics
+
+log = logging.getLogger(__name__)
+Result = TypeVar("Result")
+#: Statuses a retry cannot fix: the request itself, or our permissions, are wrong.
+PERMANENT_STATUSES = frozenset({400, 401, 403, 405, 415, 422})
+#: Decides whether a freshly read domain is one this writer may act on (identity, not labels alone).
+Belongs = Callable[[domains.DomainFacts], bool]
+
+PERMANENT_ERRORS = prometheus_client.Counter(
+    "mnnvl_permanent_write_errors_total",
+    "Writes that failed with an error a retry cannot fix (reported once as a Warning event), by action and status",
+    ["action", "status"],
+    registry=metrics.REGISTRY,
+)
+CONDEMNED = prometheus_client.Counter(
+    "mnnvl_compute_domains_condemned_total",
+    "ComputeDomains marked for deletion (pods are no longer admitted onto them)",
+    ["scope"],
+    registry=metrics.REGISTRY,
+)
+DELETE_ABORTED = prometheus_client.Counter(
+    "mnnvl_compute_domain_deletions_aborted_total",
+    "Deletions given up because a fresh read found a pod using the domain",
+    ["scope"],
+    registry=metrics.REGISTRY,
+)
+
+
+def domain_path(namespace: str, name: str) -> str:
+    return kube.path_of(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace, name=name)
+
+
+def involved(api_version: str, kind: str, namespace: str, name: str, uid: str) -> kube.Object:
+    """The reference an Event needs to land on a workload."""
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace, "uid": uid}}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Deletion:
+    """How far a fenced deletion got: `come_back_after` seconds when it has to be looked at again."""
+
+    deleted: bool = False
+    come_back_after: float | None = None
+
+
+class DomainWriter:
+    def __init__(self, client: kube.Kube, *, component: str, scope: str, fence_seconds: float) -> None:
+        self.client = client
+        self.component = component
+        self.scope = scope
+        self.fence_seconds = fence_seconds
+        self._warned: set[tuple[str, str]] = set()  # (workload uid, message): warn once, not every pass
+        self._condemned_seen: dict[str, float] = {}  # domain uid → monotonic time this process first saw the mark
+
+    # --- events -------------------------------------------------------------------------------------------
+
+    async def event(self, workload: kube.Object | None, reason: str, message: str) -> None:
+        if workload is not None:
+            await posting.post(
+                self.client,
+                posting.event_for(workload, reason=reason, message=message, warning=False, component=self.component),
+            )
+
+    async def warn_once(self, workload: kube.Object | None, reason: str, message: str) -> bool:
+        """A Warning event on the workload, once per workload and message; True when it was posted now."""
+        uid = str(workload["metadata"].get("uid")) if workload else ""
+        if (uid, message) in self._warned:
+            return False
+        self._warned.add((uid, message))
+        log.warning("warning reported", extra={"reason": reason, "message_text": message})
+        if workload is not None:
+            await posting.post(
+                self.client,
+                posting.event_for(workload, reason=reason, message=message, warning=True, component=self.component),
+            )
+        return True
+
+    async def guarded(
+        self, action: str, target: str, workload: kube.Object | None, write: Callable[[], Awaitable[Result]]
+    ) -> Result:
+        """Run a write; an error a retry cannot fix is reported once (event, metric) and raised for back-off."""
+        try:
+            return await write()
+        except kube.ApiError as error:
+            if error.status in PERMANENT_STATUSES:
+                message = (
+                    f"Could not {action} {target}: {error.status} {error.reason}; check the controller's RBAC "
+                    f"(ClusterRole of {self.component}) and the object, the write is retried with back-off"
+                )
+                if await self.warn_once(workload, events.COMPUTE_DOMAIN_WRITE_FAILED_REASON, message):
+                    PERMANENT_ERRORS.labels(action=action, status=str(error.status)).inc()
+            raise
+
+    # --- writes -------------------------------------------------------------------------------------------
+
+    async def create(self, manifest: kube.Object, *, workload: kube.Object | None) -> bool:
+        """Create a domain unless one of that name exists (by us or anyone: the next pass tells which)."""
+        meta = manifest["metadata"]
+
+        async def write() -> bool:
+            try:
+                await self.client.acreate(manifest, keys.COMPUTE_DOMAIN_PLURAL)
+            except kube.ApiError as error:
+                if error.status == 409:
+                    return False
+                raise
+            return True
+
+        created = await self.guarded("create", f"ComputeDomain {meta['name']}", workload, write)
+        if created:
+            metrics.DOMAINS_CREATED.labels(scope=self.scope).inc()
+            log.info("compute domain created", extra={"namespace": meta["namespace"], "compute_domain": meta["name"]})
+        return created
+
+    async def ungate(self, namespace: str, pod: str, *, uid: str, workload: kube.Object | None) -> None:
+        """Remove the scheduling gate of this pod incarnation, if it is still non-terminal and not being deleted."""
+        path = kube.path_of("v1", "pods", namespace=namespace, name=pod)
+
+        def change(current: kube.Object) -> kube.JsonPatch | None:
+            meta = current["metadata"]
+            if meta.get("uid") != uid or meta.get("deletionTimestamp") or not references.is_non_terminal(current):
+                return None
+            removal = injection.scheduling_gate_removal(current.get("spec") or {})
+            return [{"op": "test", "path": "/metadata/uid", "value": uid}, *removal] if removal else None
+
+        updated = await self.guarded("ungate", f"pod {pod}", workload, lambda: self.client.amodify(path, change))
+        if updated is None:
+            return
+        created = datetime.datetime.fromisoformat(updated["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        waited = (datetime.datetime.now(datetime.UTC) - created).total_seconds()
+        metrics.GATE_DURATION.labels(scope=self.scope).observe(max(waited, 0.0))
+        log.info("pod ungated", extra={"namespace": namespace, "pod": pod, "waited_seconds": round(waited, 3)})
+
+    async def _fresh(self, namespace: str, name: str) -> tuple[kube.Object, domains.DomainFacts] | None:
+        found = await self.client.aget(
+            keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=namespace
+        )
+        return None if found is None else (found, domains.facts_of(found))
+
+    async def _users(self, domain: domains.DomainFacts) -> list[str]:
+        pods = await self.client.alist_objects("v1", "pods", namespace=domain.namespace)
+        return references.users_of(pods, domain=domain.name, claim_template=domain.claim_template)
+
+    async def fenced_delete(
+        self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None
+    ) -> Deletion:
+        """One step of the fenced deletion (`mnnvl_api.decisions.fencing`) of a domain that should go."""
+        fresh = await self._fresh(namespace, name)
+        if fresh is None:
+            return Deletion()
+        current, domain = fresh
+        if domain.deleting or not belongs(domain):
+            return Deletion()
+        users = await self._users(domain)
+        if domain.condemned:
+            self._condemned_seen.setdefault(domain.uid, time.monotonic())
+        decision = fencing.next_step(
+            condemned=domain.condemned,
+            users=len(users),
+            condemned_seen_at=self._condemned_seen.get(domain.uid),
+            now=time.monotonic(),
+            fence_seconds=self.fence_seconds,
+        )
+        target = f"ComputeDomain {name}"
+        if decision.step is fencing.Step.NOTHING:
+            log.info("compute domain still in use", extra={"compute_domain": name, "pods": users[:5]})
+        elif decision.step is fencing.Step.UNCONDEMN:
+            DELETE_ABORTED.labels(scope=self.scope).inc()
+            log.info("compute domain deletion aborted", extra={"compute_domain": name, "pods": users[:5]})
+            await self.guarded("uncondemn", target, workload, lambda: self._mark(current, condemn=False))
+        elif decision.step is fencing.Step.CONDEMN:
+            if await self.guarded("condemn", target, workload, lambda: self._mark(current, condemn=True)):
+                self._condemned_seen[domain.uid] = time.monotonic()
+                CONDEMNED.labels(scope=self.scope).inc()
+                log.info("compute domain condemned", extra={"namespace": namespace, "compute_domain": name})
+            return Deletion(come_back_after=decision.wait_seconds)
+        elif decision.step is fencing.Step.WAIT:
+            return Deletion(come_back_after=decision.wait_seconds)
+        else:
+            return await self._delete(domain, workload)
+        return Deletion()
+
+    async def _delete(self, domain: domains.DomainFacts, workload: kube.Object | None) -> Deletion:
+        path = domain_path(domain.namespace, domain.name)
+
+        async def write() -> bool:
+            try:
+                return await self.client.adelete(path, uid=domain.uid, resource_version=domain.resource_version)
+            except kube.ApiError as error:
+                if error.status == 409:  # changed since the fresh read: look again soon
+                    return False
+                raise
+
+        if not await self.guarded("delete", f"ComputeDomain {domain.name}", workload, write):
+            return Deletion(come_back_after=1.0)
+        self._condemned_seen.pop(domain.uid, None)
+        log.info("compute domain deleted", extra={"namespace": domain.namespace, "compute_domain": domain.name})
+        return Deletion(deleted=True)
+
+    async def _mark(self, current: kube.Object, *, condemn: bool) -> bool:
+        """Set or lift the condemned mark on exactly the object version that was checked."""
+        domain = domains.facts_of(current)
+        pointer = "/metadata/annotations/" + keys.CONDEMNED_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        precondition = [
+            {"op": "test", "path": "/metadata/uid", "value": domain.uid},
+            {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},
+        ]
+        if condemn and current["metadata"].get("annotations") is None:
+            marks = [
+                {"op": "add", "path": "/metadata/annotations", "value": {keys.CONDEMNED_ANNOTATION: self.component}}
+            ]
+        elif condemn:
+            marks = [{"op": "add", "path": pointer, "value": self.component}]
+        else:
+            marks = [{"op": "remove", "path": pointer}]
+        try:
+            await self.client.apatch(
+                domain_path(domain.namespace, domain.name), precondition + marks, content_type=kube.JSON_PATCH
+            )
+        except kube.ApiError as error:
+            if error.status in (404, 409, 422):  # gone or changed since the check: the next pass decides again
+                return False
+            raise
+        if not condemn:
+            self._condemned_seen.pop(domain.uid, None)
+        return True
+
+    async def uncondemn(self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None) -> None:
+        """Lift the mark from a domain that is wanted again (its group is current, or a pod uses it)."""
+        fresh = await self._fresh(namespace, name)
+        if fresh is None or not fresh[1].condemned or not belongs(fresh[1]):
+            return
+        await self.guarded("uncondemn", f"ComputeDomain {name}", workload, lambda: self._mark(fresh[0], condemn=False))
+
+    async def release(self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None) -> str | None:
+        """Remove the protection finalizer from a deleted domain once a fresh read of the pods finds no user;
+        returns the domain's deletionTimestamp when released.
+
+        The one implementation of the release: only a domain that is being deleted (never a same-named live
+        successor), that is ours, carries the finalizer, and that no non-terminal pod uses.
+        """
+        fresh = await self._fresh(namespace, name)
+        if fresh is None:
+            return None
+        current, domain = fresh
+        if not domain.deleting or not domain.protected or not belongs(domain):
+            return None
+        users = await self._users(domain)
+        if users:
+            log.info("compute domain still in use", extra={"compute_domain": name, "pods": users[:5]})
+            return None
+        finalizers = current["metadata"].get("finalizers") or []
+        pointer = f"/metadata/finalizers/{finalizers.index(keys.PROTECTION_FINALIZER)}"
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": domain.uid},
+            {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},
+            {"op": "test", "path": pointer, "value": keys.PROTECTION_FINALIZER},
+            {"op": "remove", "path": pointer},
+        ]
+
+        async def write() -> bool:
+            try:
+                await self.client.apatch(domain_path(namespace, name), patch, content_type=kube.JSON_PATCH)
+            except kube.ApiError as error:
+                if error.status in (404, 409, 422):
+                    return False
+                raise
+            return True
+
+        if not await self.guarded("release", f"ComputeDomain {name}", workload, write):
+            return None
+        log.info("protection released", extra={"namespace": namespace, "compute_domain": name})
+        return str(current["metadata"]["deletionTimestamp"])

@@ -1,0 +1,251 @@
+"""Watch stores that are complete before anyone decides on them, and that never keep ghosts.
+
+Watch events feed a `Mirror` per watched resource, which passes each object (or its deletion) on to the
+controller's indexes. Two things a watch alone cannot promise are added here:
+
+- a cache-sync barrier: `StoreSync.synced` is set only once every mirror has been filled from a complete,
+  fresh list. Until then nothing may be decided from the stores (an empty pod store makes every domain look
+  unused);
+- no ghosts: after a watch answers 410 and is re-listed, objects deleted in the gap never produce a DELETED
+  event. Every `every` seconds each mirror is reconciled against a fresh list: objects absent from it and not
+  seen since it was taken are dropped; objects newer in the list are applied.
+
+Ordering between a list and the events around it is by resourceVersion: an event newer than the list wins;
+an object deleted while the list was in flight stays deleted (tombstone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import prometheus_client
+
+from mnnvl_api.decisions import domains, references
+
+from . import indexes, kube, metrics
+
+log = logging.getLogger(__name__)
+Key = TypeVar("Key", bound=Hashable)
+#: Applies one object (None: its deletion) to the indexes; returns the work keys whose state it may change.
+Apply = Callable[[str, Mapping[str, Any] | None], Iterable[Key]]
+
+GHOSTS_DROPPED = prometheus_client.Counter(
+    "mnnvl_store_ghosts_dropped_total",
+    "Objects dropped from a watch store because a fresh list no longer had them (a deletion the watch missed)",
+    ["resource"],
+    registry=metrics.REGISTRY,
+)
+RESYNC_ERRORS = prometheus_client.Counter(
+    "mnnvl_store_resync_errors_total",
+    "Fresh lists of a watched resource that failed (retried on the next resync)",
+    ["resource"],
+    registry=metrics.REGISTRY,
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Resource:
+    api_version: str
+    plural: str
+    #: The same selector the watch uses, so the list and the watch see the same objects.
+    label_selector: str | None = None
+
+
+def _version(body: Mapping[str, Any]) -> int | None:
+    found = str((body.get("metadata") or {}).get("resourceVersion") or "")
+    return int(found) if found.isdigit() else None
+
+
+def _newer(candidate: int | None, known: int | None) -> bool:
+    """Whether an object at `candidate` supersedes what is known; unknown versions are always taken."""
+    return candidate is None or known is None or candidate > known
+
+
+class Mirror(Generic[Key]):
+    """One watched resource, mirrored into a controller's indexes through `apply`."""
+
+    def __init__(self, resource: Resource, apply: Apply[Key]) -> None:
+        self.resource = resource
+        self._apply = apply
+        self._versions: dict[str, int | None] = {}  # uid → resourceVersion last applied
+        self._deleted_during_list: set[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def observe(self, body: Mapping[str, Any], *, deleted: bool) -> list[Key]:
+        """A watch event."""
+        uid = str(body["metadata"]["uid"])
+        if deleted:
+            if self._deleted_during_list is not None:
+                self._deleted_during_list.add(uid)
+            self._versions.pop(uid, None)
+            return list(self._apply(uid, None))
+        version = _version(body)
+        if uid in self._versions and not _newer(version, self._versions[uid]):
+            return []  # older than what a list already gave us
+        self._versions[uid] = version
+        return list(self._apply(uid, body))
+
+    def begin_list(self) -> None:
+        """Call right before the list request is sent: deletions seen from now on must not be undone by it."""
+        self._deleted_during_list = set()
+
+    def finish_list_aborted(self) -> None:
+        self._deleted_during_list = None
+
+    def finish_list(self, items: Sequence[Mapping[str, Any]], list_version: str) -> tuple[list[Key], int]:
+        """Reconcile with a complete list taken at `list_version`; returns the touched keys and the ghosts."""
+        deleted = self._deleted_during_list or set()
+        self._deleted_during_list = None
+        touched: list[Key] = []
+        listed: set[str] = set()
+        for body in items:
+            uid = str(body["metadata"]["uid"])
+            listed.add(uid)
+            version = _version(body)
+            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):
+                continue
+            self._versions[uid] = version
+            touched += self._apply(uid, body)
+        at = int(list_version) if list_version.isdigit() else None
+        ghosts = [
+            uid
+            for uid, version in self._versions.items()
+            if uid not in listed and (at is None or version is None or version <= at)
+        ]
+        for uid in ghosts:
+            del self._versions[uid]
+            touched += self._apply(uid, None)
+        return touched, len(ghosts)
+
+
+class StoreSync(Generic[Key]):
+    """Fills every mirror from a fresh list, then opens the barrier; re-lists every `every` seconds."""
+
+    def __init__(
+        self,
+        client: kube.Kube,
+        mirrors: Sequence[Mirror[Key]],
+        *,
+        every: float,
+        touched: Callable[[list[Key]], None],
+    ) -> None:
+        self.client = client
+        self.mirrors = mirrors
+        self.every = every
+        self.touched = touched
+        self.synced = asyncio.Event()
+
+    async def run(self) -> None:
+        while True:
+            complete = True
+            for mirror in self.mirrors:
+                complete = await self.resync(mirror) and complete
+            if complete and not self.synced.is_set():
+                log.info("watch stores synced", extra={"objects": sum(len(m) for m in self.mirrors)})
+                self.synced.set()
+            await asyncio.sleep(self.every if complete else min(self.every, 2.0))
+
+    async def resync(self, mirror: Mirror[Key]) -> bool:
+        resource = mirror.resource
+        name = f"{resource.plural}.{resource.api_version}"
+        mirror.begin_list()
+        try:
+            items, version = await self.client.alist_all(
+                resource.api_version, resource.plural, label_selector=resource.label_selector
+            )
+        except (kube.ApiError, OSError) as error:
+            mirror.finish_list_aborted()
+            RESYNC_ERRORS.labels(resource=name).inc()
+            log.warning("watch store resync failed", extra={"resource": name, "error": str(error)})
+            return False
+        touched, ghosts = mirror.finish_list(items, version)
+        if ghosts:
+            GHOSTS_DROPPED.labels(resource=name).inc(ghosts)
+            log.info("watch store ghosts dropped", extra={"resource": name, "count": ghosts})
+        if touched:
+            self.touched(touched)
+        return True
+
+
+NamespacedName = tuple[str, str]
+
+
+@dataclasses.dataclass
+class DomainStores:
+    """The indexes every controller that decides on ComputeDomains keeps: domains by name, by claim template
+    and by workload; the claim templates that exist; and which non-terminal pods use each domain, by holding
+    its claim or by recording it. Keyed by object uid (`indexes`)."""
+
+    #: ("name", namespace, name) | ("template", namespace, claim template) | ("workload", namespace, workload)
+    compute_domains: indexes.Index[tuple[str, str, str], domains.DomainFacts] = dataclasses.field(
+        default_factory=indexes.Index
+    )
+    #: (namespace, name) → ResourceClaimTemplates that exist
+    templates: indexes.Index[NamespacedName, bool] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, claim template) → names of the non-terminal pods holding it
+    template_users: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, domain) → names of the non-terminal pods recording it
+    domain_recorders: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
+
+    def apply_domain(self, uid: str, body: Mapping[str, Any] | None, *, manager: str | None = None) -> None:
+        """Index a domain; it is indexed under its workload only when `manager` (if given) manages it."""
+        if body is None:
+            self.compute_domains.drop(uid)
+            return
+        facts = domains.facts_of(body)
+        contributions = {
+            ("name", facts.namespace, facts.name): facts,
+            ("template", facts.namespace, facts.claim_template): facts,
+        }
+        if facts.workload and (manager is None or facts.managed_by == manager):
+            contributions[("workload", facts.namespace, facts.workload)] = facts
+        self.compute_domains.put(uid, contributions)
+
+    def apply_template(self, uid: str, body: Mapping[str, Any] | None) -> None:
+        if body is None:
+            self.templates.drop(uid)
+        else:
+            meta = body["metadata"]
+            self.templates.put(uid, {(meta.get("namespace", ""), meta["name"]): True})
+
+    def apply_pod(self, uid: str, pod: Mapping[str, Any] | None) -> None:
+        """Index what a pod uses; a terminal pod uses nothing."""
+        if pod is None:
+            self.template_users.drop(uid)
+            self.domain_recorders.drop(uid)
+            return
+        meta = pod["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        self.template_users.put(uid, {(namespace, t): name for t in references.live_claim_templates(pod)})
+        recorded = references.live_recorded_domain(pod)
+        self.domain_recorders.put(uid, {(namespace, recorded): name} if recorded else {})
+
+    def domain(self, namespace: str, name: str) -> domains.DomainFacts | None:
+        """The domain of that name; of two incarnations, the one not being deleted."""
+        return self.compute_domains.newest(("name", namespace, name), going=_deleting)
+
+    def domains_of(self, namespace: str, workload: str) -> list[domains.DomainFacts]:
+        return list(self.compute_domains.get(("workload", namespace, workload)).values())
+
+    def domains_by_template(self, namespace: str, template: str) -> list[domains.DomainFacts]:
+        return list(self.compute_domains.get(("template", namespace, template)).values())
+
+    def template_exists(self, namespace: str, template: str) -> bool:
+        return (namespace, template) in self.templates
+
+    def in_use(self, facts: domains.DomainFacts) -> bool:
+        """Whether a non-terminal pod the stores know holds the domain's claim or records the domain."""
+        return (facts.namespace, facts.claim_template) in self.template_users or (
+            facts.namespace,
+            facts.name,
+        ) in self.domain_recorders
+
+
+def _deleting(facts: domains.DomainFacts) -> bool:
+    return facts.deleting
