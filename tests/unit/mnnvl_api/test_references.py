@@ -48,8 +48,21 @@ def test_only_succeeded_and_failed_pods_are_terminal(phase: str | None, deleting
     assert references.live_claim_templates(body) == (frozenset({"cd-a-channel"}) if counts else frozenset())
 
 
-def test_users_of_a_template_are_the_live_pods_referencing_it() -> None:
+def test_users_of_a_domain_are_the_live_pods_holding_its_claim_or_recording_it() -> None:
     running = {**pod("Running", "cd-a-channel"), "metadata": {"name": "runs"}}
     done = {**pod("Succeeded", "cd-a-channel"), "metadata": {"name": "done"}}
     other = {**pod("Running", "cd-b-channel"), "metadata": {"name": "other"}}
-    assert references.users_of([running, done, other], "cd-a-channel") == ["runs"]
+    recorder = {
+        "metadata": {"name": "cpu-leader", "annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "cd-a"}},
+        "spec": {"containers": []},
+        "status": {"phase": "Running"},
+    }
+    finished_recorder = {
+        **recorder,
+        "metadata": {**recorder["metadata"], "name": "gone"},
+        "status": {"phase": "Failed"},
+    }
+    found = references.users_of(
+        [running, done, other, recorder, finished_recorder], domain="cd-a", claim_template="cd-a-channel"
+    )
+    assert found == ["runs", "cpu-leader"]

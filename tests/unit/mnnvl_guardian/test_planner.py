@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mnnvl_api import keys
@@ -75,29 +77,61 @@ def pod(name: str, template: str, phase: str = "Running", uid: str | None = None
 
 def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
     stores = state.Stores()
-    assert stores.observe_domain(build.domain_object("d1"), deleted=False) == ("serving", "d1")
-    assert stores.observe_pod(pod("p", "d1-channel"), deleted=False) == [("serving", "d1")]
+    assert stores.domain_mirror.observe(build.domain_object("d1"), deleted=False) == [("serving", "d1")]
+    assert stores.pod_mirror.observe(pod("p", "d1-channel"), deleted=False) == [("serving", "d1")]
     facts = stores.domain(("serving", "d1"))
     assert facts is not None
-    assert stores.template_in_use(facts)
-    assert stores.observe_pod(pod("p", "d1-channel", phase="Succeeded"), deleted=False) == [("serving", "d1")]
-    assert not stores.template_in_use(facts)
+    assert stores.in_use(facts)
+    finished = pod("p", "d1-channel", phase="Succeeded")
+    finished["metadata"]["resourceVersion"] = "9"  # type: ignore[index]
+    assert stores.pod_mirror.observe(finished, deleted=False) == [("serving", "d1")]
+    assert not stores.in_use(facts)
+
+
+def test_a_cpu_only_pod_that_records_a_domain_keeps_it_in_use() -> None:
+    stores = state.Stores()
+    stores.domain_mirror.observe(build.domain_object("d1"), deleted=False)
+    leader = {
+        "metadata": {
+            "name": "cpu-leader",
+            "namespace": "serving",
+            "uid": "uid-leader",
+            "annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "d1"},
+        },
+        "spec": {"containers": [{"name": "proxy"}]},
+        "status": {"phase": "Running"},
+    }
+    assert stores.pod_mirror.observe(leader, deleted=False) == [("serving", "d1")]
+    facts = stores.domain(("serving", "d1"))
+    assert facts is not None
+    assert stores.in_use(facts)
 
 
 def test_a_late_deletion_of_an_old_pod_does_not_hide_its_same_named_successor() -> None:
     """kopf orders events per uid only: the old pod's DELETED may be handled after its successor's ADDED."""
     stores = state.Stores()
-    stores.observe_domain(build.domain_object("d1"), deleted=False)
+    stores.domain_mirror.observe(build.domain_object("d1"), deleted=False)
     facts = stores.domain(("serving", "d1"))
     assert facts is not None
-    stores.observe_pod(pod("p", "d1-channel", uid="new"), deleted=False)
-    stores.observe_pod(pod("p", "d1-channel", uid="old"), deleted=True)
-    assert stores.template_in_use(facts)
+    stores.pod_mirror.observe(pod("p", "d1-channel", uid="new"), deleted=False)
+    stores.pod_mirror.observe(pod("p", "d1-channel", uid="old"), deleted=True)
+    assert stores.in_use(facts)
 
 
-def test_foreign_domains_are_not_stored() -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda meta: meta.update(labels={}), id="unlabelled"),
+        pytest.param(lambda meta: meta.update(managedFields=[]), id="no-recorded-creator"),
+        pytest.param(
+            lambda meta: meta.update(managedFields=build.managed_fields("kubectl-label", *meta["labels"])),
+            id="relabelled-by-someone-else",
+        ),
+    ],
+)
+def test_foreign_domains_are_not_stored(change: Any) -> None:
     stores = state.Stores()
     foreign = build.domain_object("f")
-    foreign["metadata"]["labels"] = {}  # type: ignore[index]
-    assert stores.observe_domain(foreign, deleted=False) is None
+    change(foreign["metadata"])
+    assert stores.domain_mirror.observe(foreign, deleted=False) == []
     assert stores.domain_keys() == []

@@ -69,21 +69,25 @@ def workload(uid: str = UID, *, deleting: bool = False) -> planner.Workload:
     return planner.Workload(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
 
 
-def leader(group: int, domain: str | None, *, gated: bool = False, terminal: bool = False) -> planner.PodFacts:
+def leader(
+    group: int, domain: str | None, *, gated: bool = False, terminal: bool = False, deleting: bool = False
+) -> planner.PodFacts:
     return planner.PodFacts(
         name=f"deepseek-r1-{group}",
+        uid=f"uid-deepseek-r1-{group}",
         group=group,
         is_leader=True,
         domain=domain,
         gated=gated,
         terminal=terminal,
-        deleting=False,
+        deleting=deleting,
     )
 
 
 def worker(group: int, index: int, domain: str | None, *, gated: bool = False) -> planner.PodFacts:
     return planner.PodFacts(
         name=f"deepseek-r1-{group}-{index}",
+        uid=f"uid-deepseek-r1-{group}-{index}",
         group=group,
         is_leader=False,
         domain=domain,
@@ -101,10 +105,18 @@ def domain(
     deleting: bool = False,
     protected: bool = True,
     workload_name: str | None = "deepseek-r1",
+    condemned: bool = False,
+    created_by: str | None = "manager",
 ) -> domains.DomainFacts:
+    """A domain's facts; by default created by `manager` (the API server records it as the labels' owner)."""
     if manager == keys.LWS_CONTROLLER and owner_uid is None:
         raise ValueError("a domain mnnvl-lws manages always carries the owner-uid label")
     return domains.DomainFacts(
+        uid=f"uid-{name}",
+        resource_version="7",
+        group=name.split("-")[-2] if manager and name.count("-") >= 1 else None,
+        condemned=condemned,
+        created_by=manager if created_by == "manager" else created_by,
         name=name,
         namespace="serving",
         owner_uid=owner_uid,
@@ -116,15 +128,24 @@ def domain(
     )
 
 
-def domain_object(name: str, *, group: int = 0) -> dict[str, Any]:
+def managed_fields(manager: str, *labels: str) -> list[dict[str, Any]]:
+    """`metadata.managedFields` saying that `manager` set `labels` (as the API server records a create)."""
+    owned = {f"f:{label}": {} for label in labels}
+    return [{"manager": manager, "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": owned}}}]
+
+
+def domain_object(name: str, *, group: int = 0, uid: str | None = None, version: str = "7") -> dict[str, Any]:
     """A ComputeDomain as the API returns one that mnnvl-lws created for group `group` of deepseek-r1."""
+    labels = planner.domain_labels(workload(), group)
     return {
         "metadata": {
             "name": name,
             "namespace": "serving",
-            "uid": f"uid-{name}",
-            "labels": planner.domain_labels(workload(), group),
+            "uid": uid or f"uid-{name}",
+            "resourceVersion": version,
+            "labels": labels,
             "finalizers": [keys.PROTECTION_FINALIZER],
+            "managedFields": managed_fields(keys.LWS_CONTROLLER, *labels),
         },
         "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
     }
@@ -136,6 +157,7 @@ def snapshot(
     domains_: tuple[domains.DomainFacts, ...] = (),
     templates: tuple[str, ...] | None = None,
     in_use: tuple[str, ...] = (),
+    recorded: tuple[str, ...] = (),
     workload_: planner.Workload | None = None,
     gate_enabled: bool = True,
     gone: bool = False,
@@ -152,6 +174,7 @@ def snapshot(
         domains=by_name,
         existing_templates=frozenset(templates if templates is not None else (d.claim_template for d in domains_)),
         templates_in_use=frozenset(names.claim_template_name(name) for name in in_use),
+        domains_recorded=frozenset(recorded),
         gate_enabled=gate_enabled,
     )
 

@@ -40,7 +40,12 @@ def test_pods_stay_gated_until_the_claim_template_exists() -> None:
     pods = (build.leader(0, D0, gated=True), build.worker(0, 1, D0, gated=True))
     assert planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), templates=())) == planner.Plan()
     ready = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
-    assert ready == planner.Plan(ungate=("deepseek-r1-0", "deepseek-r1-0-1"))
+    assert ready == planner.Plan(
+        ungate=(
+            planner.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0"),
+            planner.PodRef(name="deepseek-r1-0-1", uid="uid-deepseek-r1-0-1"),
+        )
+    )
 
 
 def test_a_terminating_domain_releases_no_pods() -> None:
@@ -123,7 +128,7 @@ def test_with_the_gate_disabled_nothing_is_done() -> None:
 
 
 def test_domains_of_other_workloads_are_never_touched() -> None:
-    other = build.domain("other-0-aaaaa", workload_name="other")
+    other = build.domain("other-0-bbbbb", workload_name="other")
     assert planner.plan(build.snapshot(domains_=(other,))) == planner.Plan()
 
 

@@ -12,7 +12,7 @@ from mnnvl_lws import planner, state
 
 from . import build
 
-D_OLD = "deepseek-r1-2-aaaaa"
+D_OLD = "deepseek-r1-2-ccccc"
 D_NEW = "deepseek-r1-2-bbbbb"
 
 
@@ -41,22 +41,22 @@ def interleavings() -> list[list[tuple[dict[str, Any], bool]]]:
 @pytest.mark.parametrize("events", interleavings())
 def test_whatever_the_order_no_stale_pod_keeps_an_obsolete_domain(events: list[tuple[dict[str, Any], bool]]) -> None:
     stores = state.Stores()
-    stores.observe_workload(build.lws(), deleted=False)
+    stores.workload_mirror.observe(build.opted_in(), deleted=False)
     for name in (D_OLD, D_NEW):
-        stores.observe_domain(build.domain_object(name, group=2), deleted=False)
+        stores.domain_mirror.observe(build.domain_object(name, group=2), deleted=False)
     for pod, deleted in events:
-        stores.observe_pod(pod, deleted=deleted)
+        stores.pod_mirror.observe(pod, deleted=deleted)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
     assert snapshot.pods == ()
-    assert planner.plan(snapshot).delete == (D_OLD, D_NEW)
+    assert planner.plan(snapshot).delete == tuple(sorted((D_OLD, D_NEW)))
 
 
 def test_a_late_deletion_of_the_old_leader_does_not_hide_the_new_one() -> None:
     stores = state.Stores()
-    stores.observe_workload(build.lws(), deleted=False)
-    stores.observe_domain(build.domain_object(D_OLD, group=2), deleted=False)
-    stores.observe_pod(leader("new", D_NEW), deleted=False)
-    stores.observe_pod(leader("old", D_OLD), deleted=True)
+    stores.workload_mirror.observe(build.opted_in(), deleted=False)
+    stores.domain_mirror.observe(build.domain_object(D_OLD, group=2), deleted=False)
+    stores.pod_mirror.observe(leader("new", D_NEW), deleted=False)
+    stores.pod_mirror.observe(leader("old", D_OLD), deleted=True)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
     assert [p.domain for p in snapshot.pods] == [D_NEW]
     plan = planner.plan(snapshot)

@@ -131,6 +131,8 @@ def plan(snapshot: Snapshot) -> Plan:
     live_leaders = [p for p in snapshot.pods if p.is_leader and not p.terminal and p.domain]
     valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.lws_name)]
     current = {p.domain for p in valid_leaders if p.domain}
+    # Whatever a live pod records stays, valid name or not: a domain is never deleted under a pod.
+    recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
     warnings = [_invalid_name(p) for p in live_leaders if not has_valid_domain(p, snapshot.lws_name)]
     create: list[DomainToCreate] = []
     ready: set[str] = set()
@@ -171,7 +173,7 @@ def plan(snapshot: Snapshot) -> Plan:
     for name, found in sorted(snapshot.domains.items()):
         if not is_ours(found, snapshot.lws_name):
             continue
-        in_use = found.claim_template in snapshot.templates_in_use or name in snapshot.domains_recorded
+        in_use = found.claim_template in snapshot.templates_in_use or name in recorded
         if name in current or in_use:
             if found.condemned and not found.deleting:
                 uncondemn.append(name)
