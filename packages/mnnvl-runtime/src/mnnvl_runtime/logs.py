@@ -6,6 +6,10 @@ import datetime
 import json
 import logging
 import sys
+from typing import Final
+
+#: The levels MNNVL_LOG_LEVEL accepts, most verbose first.
+LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 # Attributes every LogRecord has; anything else on a record came in through `extra=` and is a field.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
@@ -44,6 +48,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(controller: str, level: str = "INFO") -> None:
+    """JSON lines on stderr at `level`, one of LEVELS (the settings have checked it)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(controller))
     root = logging.getLogger()

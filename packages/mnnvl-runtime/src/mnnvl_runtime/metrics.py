@@ -32,11 +32,12 @@ RECONCILE_ERRORS = prometheus_client.Counter(
 )
 
 
-def serve(controller: str, address: str) -> None:
-    """Expose the registry on `host:port` (a thread: kopf cancels every task of its loop on exit)."""
-    host, _, port = address.rpartition(":")
+def serve(controller: str, host: str, port: int) -> None:
+    """Expose the registry on `host:port` (a thread: kopf cancels every task of its loop on exit).
+
+    Raises OSError when the port cannot be bound, before anything is served."""
     BUILD_INFO.labels(controller=controller, version=__version__).set(1)
-    prometheus_client.start_http_server(int(port), addr=host or "0.0.0.0", registry=REGISTRY)
+    prometheus_client.start_http_server(port, addr=host, registry=REGISTRY)
 
 
 # --- scope controllers (replica and slice) ------------------------------------------------------------------

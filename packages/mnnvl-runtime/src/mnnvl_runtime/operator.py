@@ -1,7 +1,10 @@
 """Running a controller: settings → logs → preflight → metrics → Lease election → kopf with its own registry.
 
 Everything per controller is derived from its `Identity`, so controllers running side by side never touch
-each other's finalizers, annotations, Leases, field managers or event sources.
+each other's finalizers, annotations, Leases, field managers or event sources. A bad setting ends the
+process with one line on stderr (exit code 2), a port that cannot be bound likewise (exit code 1). The
+liveness endpoint fails once a loop the controller runs for good has ended (see `watch_tasks`), so the
+kubelet restarts a controller that would otherwise sit there serving webhooks and reconciling nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import dataclasses
 import logging
 import pathlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -91,6 +94,7 @@ def run(
     except settings.SettingsError as error:
         print(f"{who.name}: {error}", file=sys.stderr)
         return 2
+    endpoints = settings.endpoints(process, configuration)
     logs.configure(who.name, process.log_level)
     client = kube.Kube(kube.load_api_client(process.kubeconfig), field_manager=who.field_manager)
     problems = preflight(client, configuration)
@@ -102,18 +106,27 @@ def run(
     cert_dir = pathlib.Path(configuration.webhook.cert_dir)
     if process.generate_webhook_certificate:
         certs.ensure_webhook_certificate(cert_dir, tuple(process.webhook_hosts.split(",")))
-    if process.metrics_address:
-        metrics.serve(who.name, process.metrics_address)
+    if endpoints.metrics is not None:
+        try:
+            metrics.serve(who.name, endpoints.metrics.bind_host, endpoints.metrics.port)
+        except OSError as error:
+            print(f"{who.name}: cannot serve metrics on {endpoints.metrics.address}: {error}", file=sys.stderr)
+            return 1
     timing = leases.Timing(
         lease_duration=configuration.leader_election.lease_duration_seconds,
         renew_deadline=configuration.leader_election.renew_deadline_seconds,
         retry_period=configuration.leader_election.retry_period_seconds,
     )
     elector = leases.LeaderElector(
-        client, namespace=process.namespace, name=who.lease_name, holder=process.pod_name, timing=timing
+        leases.single_attempt_client(client),
+        namespace=process.namespace,
+        name=who.lease_name,
+        holder=process.pod_name,
+        timing=timing,
     )
     context = Context(identity=who, process=process, configuration=configuration, client=client, elector=elector)
     _register_login(registry, process)
+    _register_liveness(registry)
     operator_settings = kopf_settings(
         who,
         configuration,
@@ -121,7 +134,7 @@ def run(
         keyfile=cert_dir / "tls.key",
         watch_selectors=watch_selectors,
     )
-    liveness = f"http://{process.health_address}/healthz" if process.health_address else None
+    liveness = None if endpoints.health is None else f"http://{endpoints.health.address}/healthz"
     log.info(
         "starting",
         extra={"gate_enabled": context.gate_enabled, "lease": who.lease_name, "holder": process.pod_name},
@@ -136,8 +149,9 @@ async def _serve(
     election: asyncio.Task[None] | None = None
     if context.configuration.leader_election.leader_elect:
         election = asyncio.create_task(context.elector.run(), name="lease-election")
+        watch_tasks(election)
     else:
-        context.elector._set_leading(True)
+        context.elector.lead_without_lease()
     try:
         await kopf.operator(
             registry=registry,
@@ -159,6 +173,45 @@ def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSe
         if process.kubeconfig is not None:
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+#: The loops this process runs for good, as `watch_tasks` registered them; one process runs one controller.
+_WATCHED_TASKS: list[asyncio.Task[Any]] = []
+
+
+def watch_tasks(*tasks: asyncio.Task[Any]) -> None:
+    """Have the liveness endpoint fail once any of `tasks` ends, whether it returned, raised or was cancelled:
+    each is a loop the controller needs for as long as the process runs."""
+    _WATCHED_TASKS.extend(tasks)
+
+
+def watched_tasks() -> tuple[asyncio.Task[Any], ...]:
+    return tuple(_WATCHED_TASKS)
+
+
+def check_tasks_running(tasks: Iterable[asyncio.Task[Any]]) -> dict[str, int]:
+    """The liveness probe's verdict on `tasks`: how many run, or kopf.PermanentError naming those that ended.
+
+    Permanent, so kopf answers the probe with HTTP 500 at once instead of retrying the check."""
+    checked = list(tasks)
+    ended = [_ending(task) for task in checked if task.done()]
+    if ended:
+        raise kopf.PermanentError(f"controller loops ended: {'; '.join(ended)}")
+    return {"running": len(checked)}
+
+
+def _ending(task: asyncio.Task[Any]) -> str:
+    if task.cancelled():
+        return f"{task.get_name()} was cancelled"
+    error = task.exception()
+    return f"{task.get_name()} returned" if error is None else f"{task.get_name()} died: {error!r}"
+
+
+def _register_liveness(registry: kopf.OperatorRegistry) -> None:
+    # async, so kopf runs it on the event loop that owns the tasks instead of in a worker thread.
+    @kopf.on.probe(registry=registry, id="controller-loops")
+    async def controller_loops(**_: Any) -> dict[str, int]:
+        return check_tasks_running(_WATCHED_TASKS)
 
 
 def compute_domain_preflight(verbs: tuple[str, ...]) -> Callable[[kube.Kube, models.Configuration], list[str]]:

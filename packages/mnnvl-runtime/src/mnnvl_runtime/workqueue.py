@@ -1,38 +1,59 @@
 """A de-duplicating work queue that only the Lease holder works, with periodic level-triggered resyncs.
 
-Watch handlers enqueue keys; one worker takes them in turn and runs the controller's reconcile function.
-A failed pass is counted and retried later; one bad key never stops the others. A loop that must run
-forever and ends anyway is reported loudly.
+Watch handlers enqueue keys; one worker takes them in turn and runs the controller's reconcile function,
+each pass as its own task. A pass starts only while the elector's `may_write()` holds, and the elector
+cancels a running pass when it steps down (before it releases the Lease); the key is queued again for when
+this replica leads next. A failed pass is counted and retried after a per-key back-off that doubles from
+`retry_seconds` up to `max_retry_seconds` and starts over once the key succeeds (as client-go's
+ItemExponentialFailureRateLimiter): a key that keeps failing costs ever less, and one bad key never stops the
+others. The loops are registered with the liveness probe: a loop that ends makes the process unhealthy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Coroutine, Hashable, Iterable
+from typing import Any, Generic, TypeVar
 
-from . import leases, metrics
+from . import leases, metrics, operator
 
 log = logging.getLogger(__name__)
 Key = TypeVar("Key", bound=Hashable)
+
+
+def retry_delay(failures: int, *, base: float, cap: float) -> float:
+    """Seconds to wait before retrying a key that has failed `failures` times in a row (at least once)."""
+    # The exponent is bounded so a key failing for days cannot overflow a float.
+    return min(cap, base * 2.0 ** min(failures - 1, 64))
 
 
 class WorkQueue(Generic[Key]):
     def __init__(
         self,
         elector: leases.LeaderElector,
-        work: Callable[[Key], Awaitable[None]],
+        work: Callable[[Key], Coroutine[Any, Any, None]],
         *,
         kind: str,
-        retry_seconds: float = 2.0,
+        retry_seconds: float = 0.5,
+        max_retry_seconds: float = 300.0,
     ) -> None:
+        """`retry_seconds` is the wait after a key's first failure; each further failure doubles it, up to
+        `max_retry_seconds`."""
         self.elector = elector
         self.work = work
         self.kind = kind
         self.retry_seconds = retry_seconds
+        self.max_retry_seconds = max_retry_seconds
         self.queue: asyncio.Queue[Key] = asyncio.Queue()
         self.pending: set[Key] = set()
+        #: Keys queued for later (`enqueue_after`), with the timer that will queue them.
+        self.waiting: dict[Key, asyncio.TimerHandle] = {}
+        #: Failures in a row, by key; a success removes the key.
+        self.failures: dict[Key, int] = {}
+        self._gained = asyncio.Event()
+        elector.on_change.append(self._on_lease_change)
 
     def enqueue(self, *keys: Key) -> None:
         for key in keys:
@@ -40,37 +61,92 @@ class WorkQueue(Generic[Key]):
                 self.pending.add(key)
                 self.queue.put_nowait(key)
 
+    def enqueue_after(self, delay: float, *keys: Key) -> None:
+        """Queue `keys` once `delay` seconds have passed (at once when `delay` <= 0). A key already waiting
+        keeps the sooner of its two times, so repeated calls never pile up timers."""
+        if delay <= 0:
+            self.enqueue(*keys)
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        for key in keys:
+            timer = self.waiting.get(key)
+            if timer is not None:
+                if timer.when() <= due:
+                    continue
+                timer.cancel()
+            self.waiting[key] = loop.call_at(due, self._due, key)
+
+    def _due(self, key: Key) -> None:
+        del self.waiting[key]
+        self.enqueue(key)
+
     async def run(self) -> None:
-        while True:
-            await self.elector.leading_event.wait()
-            key = await self.queue.get()
-            self.pending.discard(key)
-            if not self.elector.is_leader:
-                continue  # lost the Lease while waiting; the next holder resyncs everything
-            try:
-                await self.work(key)
-            except Exception:  # retried later; one bad key must not stop the others
-                metrics.RECONCILE_ERRORS.labels(kind=self.kind).inc()
-                log.exception("reconcile failed", extra={"kind": self.kind, "key": str(key)})
-                asyncio.get_running_loop().call_later(self.retry_seconds, self.enqueue, key)
+        try:
+            while True:
+                await self.elector.wait_writable()
+                key = await self.queue.get()
+                self.pending.discard(key)
+                if not self.elector.may_write():
+                    self.enqueue(key)  # stepped down (or overdue to renew) while waiting: keep it for later
+                    continue
+                await self._work_on(key)
+        finally:
+            for timer in self.waiting.values():
+                timer.cancel()
+            self.waiting.clear()
+
+    async def _work_on(self, key: Key) -> None:
+        task = asyncio.create_task(self.work(key), name=f"reconcile-{self.kind}-pass")
+        self.elector.track_writer(task)
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()  # the queue itself is stopping: no pass outlives it
+            raise
+        if task.cancelled():
+            log.info("reconcile cancelled on stepping down", extra={"kind": self.kind, "key": str(key)})
+            self.enqueue(key)
+            return
+        error = task.exception()
+        if error is None:
+            self.failures.pop(key, None)
+            return
+        failures = self.failures[key] = self.failures.get(key, 0) + 1
+        delay = retry_delay(failures, base=self.retry_seconds, cap=self.max_retry_seconds)
+        metrics.RECONCILE_ERRORS.labels(kind=self.kind).inc()
+        log.error(
+            "reconcile failed",
+            extra={"kind": self.kind, "key": str(key), "failures": failures, "retry_seconds": delay},
+            exc_info=error,
+        )
+        self.enqueue_after(delay, key)
 
     async def resync(self, keys: Callable[[], Iterable[Key]], *, every: float, then: Callable[[], None]) -> None:
         """Queue every known key on gaining the Lease and every `every` seconds, so missed events heal."""
         while True:
             await self.elector.leading_event.wait()
+            self._gained.clear()
             self.enqueue(*keys())
             then()
-            await asyncio.sleep(every)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._gained.wait(), every)
+
+    def _on_lease_change(self, leading: bool) -> None:
+        if leading:
+            self._gained.set()
 
     def start(
         self, keys: Callable[[], Iterable[Key]], *, every: float, then: Callable[[], None]
     ) -> list[asyncio.Task[None]]:
+        """Run the worker and the resync loop; both are reported by the liveness probe once they end."""
         tasks = [
             asyncio.create_task(self.run(), name=f"reconcile-{self.kind}"),
             asyncio.create_task(self.resync(keys, every=every, then=then), name=f"resync-{self.kind}"),
         ]
         for task in tasks:
             task.add_done_callback(_report_death)
+        operator.watch_tasks(*tasks)
         return tasks
 
 

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+import pytest
+
+from mnnvl_api import models
+from mnnvl_api.models import configuration
+
+
+@pytest.mark.parametrize(
+    ("document", "location"),
+    [
+        pytest.param({"featureGate": {}}, ("featureGate",), id="top-level"),
+        pytest.param({"webhook": {"prot": 1}}, ("webhook", "prot"), id="webhook"),
+        pytest.param({"leaderElection": {"leaseDuration": 20}}, ("leaderElection", "leaseDuration"), id="election"),
+        pytest.param({"computeDomain": {"protection": "Deny"}}, ("computeDomain", "protection"), id="compute-domain"),
+        pytest.param({"watching": {"resyncSeconds": 1}}, ("watching", "resyncSeconds"), id="watching"),
+    ],
+)
+def test_unknown_keys_are_rejected_at_every_level(document: dict[str, Any], location: tuple[str, ...]) -> None:
+    with pytest.raises(pydantic.ValidationError) as failure:
+        models.Configuration.model_validate(document)
+    assert [(problem["type"], problem["loc"]) for problem in failure.value.errors()] == [("extra_forbidden", location)]
+
+
+def test_other_models_still_keep_unknown_fields() -> None:
+    meta = models.ObjectMeta.model_validate({"name": "x", "managedFields": [{"manager": "kubectl"}]})
+    assert meta.to_wire()["managedFields"] == [{"manager": "kubectl"}]
+
+
+@pytest.mark.parametrize(
+    ("location", "problem"),
+    [
+        pytest.param(("featureGate",), "unknown field featureGate (did you mean featureGates?)", id="top-level"),
+        pytest.param(
+            ("webhook", "certdir"), "unknown field webhook.certdir (did you mean webhook.certDir?)", id="case"
+        ),
+        pytest.param(
+            ("leaderElection", "resourceName"),
+            "unknown field leaderElection.resourceName; known fields of leaderElection: leaderElect, "
+            "leaseDurationSeconds, renewDeadlineSeconds, retryPeriodSeconds",
+            id="no-close-match",
+        ),
+        pytest.param(
+            ("internalCertManagement",),
+            "unknown field internalCertManagement; known fields: apiVersion, kind, featureGates, computeDomain, "
+            "webhook, leaderElection, watching, metricsBindAddress, healthBindAddress",
+            id="another-components-key",
+        ),
+    ],
+)
+def test_an_unknown_key_is_named_with_its_path_and_likely_spelling(location: tuple[str, ...], problem: str) -> None:
+    assert configuration.unknown_field_problem(location) == problem
+
+
+def test_only_known_feature_gates_are_accepted() -> None:
+    with pytest.raises(pydantic.ValidationError) as failure:
+        models.Configuration.model_validate({"featureGates": {"AutoComputeDomain": True, "Turbo": True}})
+    assert [str(problem["ctx"]["error"]) for problem in failure.value.errors()] == [
+        "unknown feature gate Turbo; known gates: AutoComputeDomain"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [
+        pytest.param(":8080", ("", 8080), id="every-interface"),
+        pytest.param("127.0.0.1:9090", ("127.0.0.1", 9090), id="host-and-port"),
+        pytest.param("[::1]:1", ("[::1]", 1), id="ipv6-lowest-port"),
+        pytest.param("0.0.0.0:65535", ("0.0.0.0", 65535), id="highest-port"),
+        pytest.param("", None, id="turned-off"),
+    ],
+)
+def test_bind_addresses_are_host_and_port(address: str, parsed: tuple[str, int] | None) -> None:
+    assert configuration.parse_bind_address(address) == parsed
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        pytest.param("8080", id="no-colon"),
+        pytest.param("localhost:", id="no-port"),
+        pytest.param(":0", id="port-zero"),
+        pytest.param(":65536", id="port-too-high"),
+        pytest.param(":http", id="named-port"),
+        pytest.param(":-1", id="negative"),
+    ],
+)
+def test_malformed_bind_addresses_are_rejected_with_the_rule(address: str) -> None:
+    with pytest.raises(ValueError, match="must be host:port or :port with a port from 1 to 65535"):
+        configuration.parse_bind_address(address)
+    with pytest.raises(pydantic.ValidationError, match="metricsBindAddress"):
+        models.Configuration.model_validate({"metricsBindAddress": address})
+
+
+def test_the_deletion_fence_and_the_store_resync_period_are_bounded() -> None:
+    assert models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": 0}})
+    with pytest.raises(pydantic.ValidationError, match="deletionFenceSeconds"):
+        models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": -1}})
+    with pytest.raises(pydantic.ValidationError, match="storeResyncSeconds"):
+        models.Configuration.model_validate({"watching": {"storeResyncSeconds": 0}})
