@@ -5,6 +5,8 @@ precondition, so a stale snapshot can make it do less, never something unsafe.""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 import prometheus_client
 
@@ -27,8 +29,12 @@ PODS_WITHOUT_CLAIM = prometheus_client.Counter(
 
 
 class Executor:
-    def __init__(self, client: kube.Kube, component: str, *, fence_seconds: float) -> None:
-        self.writer = domains.DomainWriter(client, component=component, scope=SCOPE, fence_seconds=fence_seconds)
+    def __init__(
+        self, client: kube.Api, component: str, *, fence_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.writer = domains.DomainWriter(
+            client, component=component, scope=SCOPE, fence_seconds=fence_seconds, clock=clock
+        )
 
     async def apply(self, snapshot: planner.Snapshot, plan: planner.Plan) -> float | None:
         """Apply `plan`; returns in how many seconds this LWS must be looked at again (a deletion fence), if so."""

@@ -68,8 +68,17 @@ class Deletion:
 
 
 class DomainWriter:
-    def __init__(self, client: kube.Kube, *, component: str, scope: str, fence_seconds: float) -> None:
+    def __init__(
+        self,
+        client: kube.Api,
+        *,
+        component: str,
+        scope: str,
+        fence_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
+        self.clock = clock
         self.component = component
         self.scope = scope
         self.fence_seconds = fence_seconds
@@ -177,12 +186,12 @@ class DomainWriter:
             return Deletion()
         users = await self._users(domain)
         if domain.condemned:
-            self._condemned_seen.setdefault(domain.uid, time.monotonic())
+            self._condemned_seen.setdefault(domain.uid, self.clock())
         decision = fencing.next_step(
             condemned=domain.condemned,
             users=len(users),
             condemned_seen_at=self._condemned_seen.get(domain.uid),
-            now=time.monotonic(),
+            now=self.clock(),
             fence_seconds=self.fence_seconds,
         )
         target = f"ComputeDomain {name}"
@@ -194,7 +203,7 @@ class DomainWriter:
             await self.guarded("uncondemn", target, workload, lambda: self._mark(current, condemn=False))
         elif decision.step is fencing.Step.CONDEMN:
             if await self.guarded("condemn", target, workload, lambda: self._mark(current, condemn=True)):
-                self._condemned_seen[domain.uid] = time.monotonic()
+                self._condemned_seen[domain.uid] = self.clock()
                 CONDEMNED.labels(scope=self.scope).inc()
                 log.info("compute domain condemned", extra={"namespace": namespace, "compute_domain": name})
             return Deletion(come_back_after=decision.wait_seconds)

@@ -39,7 +39,7 @@ def event_for(involved: kube.Object, *, reason: str, message: str, warning: bool
     }
 
 
-async def post(client: kube.Kube, event: kube.Object) -> None:
+async def post(client: kube.Api, event: kube.Object) -> None:
     """Record an event; a failure to record one is logged, never raised (events are best effort)."""
     namespace = event["metadata"]["namespace"]
     try:

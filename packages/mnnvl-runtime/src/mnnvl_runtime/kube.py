@@ -15,7 +15,7 @@ import logging
 import pathlib
 import urllib.parse
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import tenacity
 import urllib3
@@ -61,6 +61,29 @@ def load_api_client(kubeconfig: pathlib.Path | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return client.ApiClient(configuration)
+
+
+class Api(Protocol):
+    """The asynchronous calls the domain writer and the pod webhooks make: `Kube`, or an in-memory stand-in in
+    the tests that replay interleavings of admission and reconciliation."""
+
+    async def arequest(self, method: str, path: str, **kwargs: Any) -> Object: ...
+
+    async def aget(
+        self, api_version: str, plural: str, name: str, *, namespace: str | None = None
+    ) -> Object | None: ...
+
+    async def alist_objects(
+        self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
+    ) -> list[Object]: ...
+
+    async def acreate(self, manifest: Object, plural: str) -> Object: ...
+
+    async def apatch(self, path: str, patch: object, *, content_type: str = MERGE_PATCH) -> Object: ...
+
+    async def adelete(self, path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool: ...
+
+    async def amodify(self, path: str, change: Callable[[Object], JsonPatch | None]) -> Object | None: ...
 
 
 class Kube:

@@ -26,6 +26,8 @@ from mnnvl_runtime import certs, kube
 from . import cluster, processes, waiting
 
 NAMESPACE = "mnnvl-system"
+DELETION_FENCE_SECONDS = 2.0
+STORE_RESYNC_SECONDS = 10.0
 ClientConfig = Callable[[str], dict[str, Any]]
 WEBHOOK_KINDS = (
     ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "mutating"),
@@ -119,8 +121,16 @@ def start(
                 "renewDeadlineSeconds": 4,
                 "retryPeriodSeconds": 1,
             },
-            **(extra_config or {}),
+            # Admission here takes milliseconds, so a short fence still outlasts it; stores re-list often so
+            # tests of missed deletions finish quickly.
+            "computeDomain": {"deletionFenceSeconds": DELETION_FENCE_SECONDS},
+            "watching": {"storeResyncSeconds": STORE_RESYNC_SECONDS},
         }
+        for section, values in (extra_config or {}).items():
+            merged = configuration.get(section)
+            configuration[section] = (
+                {**merged, **values} if isinstance(merged, dict) and isinstance(values, dict) else values
+            )
         config_file = work / f"{replica.name}.yaml"
         config_file.write_text(yaml.safe_dump(configuration))
         supervisor.start(
