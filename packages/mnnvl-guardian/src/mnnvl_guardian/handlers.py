@@ -75,9 +75,11 @@ def guardian() -> Guardian:
 async def start(memo: Any, **_: Any) -> None:
     global _guardian  # noqa: PLW0603 - one guardian per process, created once kopf runs
     _guardian = Guardian(operator.context_of(memo), STORES)
+    sync = asyncio.create_task(_guardian.sync.run(), name="store-sync-ComputeDomain")
+    operator.watch_tasks(sync)
     memo["tasks"] = [
         *_guardian.queue.start(STORES.domain_keys, every=RESYNC_SECONDS, then=_guardian.publish_gauges),
-        asyncio.create_task(_guardian.sync.run(), name="store-sync-ComputeDomain"),
+        sync,
     ]
 
 

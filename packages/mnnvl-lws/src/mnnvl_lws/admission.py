@@ -13,9 +13,10 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_runtime import admission, operator
+from mnnvl_api.decisions import domains, references
+from mnnvl_runtime import admission, kube, operator
 
-from . import decisions, state
+from . import decisions, planner, state
 
 log = logging.getLogger(__name__)
 LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
@@ -63,24 +64,14 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
         if operation != "CREATE" or not context.gate_enabled:
             return
         pod = dict(body)
-        position = decisions.pod_position(pod)
-        if isinstance(position, errors.FieldError):
-            raise admission.reject([position])
-        namespace = pod["metadata"].get("namespace", "")
-        domain = None if position.is_leader else await _leader_domain(context, namespace, position.leader)
-        recorded = (pod["metadata"].get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
-        known = recorded or domain
-        ready = known is not None and state.STORES.domain_ready(namespace, known, position.lws)
-        admitted = decisions.admit_pod(pod, domain=domain, new_token=new_token(), domain_ready=ready)
-        if admitted.errors:
-            raise admission.reject(admitted.errors)
+        admitted = await admit_pod(context.client, state.STORES, pod, token=new_token())
         if admitted.patch:
             patch.fns.append(admission.transform(admitted.patch))
             outcome.result = "patched"
             log.info(
                 "pod admitted",
                 extra={
-                    "namespace": namespace,
+                    "namespace": pod["metadata"].get("namespace", ""),
                     "pod": pod["metadata"].get("name"),
                     "compute_domain": admitted.domain,
                     "containers": list(admitted.targets),
@@ -89,22 +80,64 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
             )
 
 
+async def admit_pod(
+    client: kube.Api, stores: state.Stores, pod: dict[str, Any], *, token: str
+) -> decisions.PodAdmission:
+    """The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
+
+    A leader gets a fresh domain for this incarnation; a worker gets its current leader's domain, found by
+    fresh reads (the stores may lag behind a group restart). A pod joining an existing domain reads it
+    afresh: a condemned or deleting domain admits no one (the fenced deletion relies on this), and only a
+    ready one lets the pod run at once (else it is gated)."""
+    position = decisions.pod_position(pod)
+    if isinstance(position, errors.FieldError):
+        raise admission.reject([position])
+    namespace = pod["metadata"].get("namespace", "")
+    domain = None if position.is_leader else await _leader_domain(client, namespace, pod, position)
+    found = decisions.recorded_name_errors(pod, position, domain)
+    if found:
+        raise admission.reject(found)
+    known = references.recorded_domain(pod) or domain
+    ready = known is not None and await _bindable(client, stores, namespace, known, position.lws)
+    admitted = decisions.admit_pod(pod, domain=domain, new_token=token, domain_ready=ready)
+    if admitted.errors:
+        raise admission.reject(admitted.errors)
+    return admitted
+
+
 def new_token() -> str:
     return "".join(secrets.choice(names.INCARNATION_TOKEN_ALPHABET) for _ in range(names.INCARNATION_TOKEN_LENGTH))
 
 
-async def _leader_domain(context: operator.Context, namespace: str, leader: str) -> str | None:
-    """The domain recorded on the worker's leader pod: from the watch cache, else read from the API.
+def _retry(message: str) -> kopf.AdmissionError:
+    log.info("admission deferred", extra={"reason": message})
+    return kopf.AdmissionError(f"{message}; the pod is created again by its controller", code=409)
 
-    A leader being deleted in the cache may already have a successor the cache has not seen: ask the API.
-    """
-    for facts in state.STORES.pods.get((namespace, leader.rsplit("-", 1)[0])).values():
-        if facts.name == leader and facts.domain and not facts.deleting:
-            return facts.domain
-    pod = await context.client.aget("v1", "pods", leader, namespace=namespace)
-    if pod is None:
-        raise kopf.AdmissionError(
-            f'leader pod "{leader}" not found; the pod is retried once its leader exists', code=409
-        )
-    recorded: str | None = (pod["metadata"].get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
-    return recorded
+
+async def _leader_domain(
+    client: kube.Api, namespace: str, worker: dict[str, Any], position: decisions.PodPosition
+) -> str | None:
+    """The domain of the worker's current leader incarnation: its StatefulSet and the leader pod it names."""
+    owner = decisions.controller_reference(worker["metadata"], "StatefulSet")
+    statefulset = await client.aget("apps/v1", "statefulsets", owner["name"], namespace=namespace) if owner else None
+    leader = await client.aget("v1", "pods", position.leader, namespace=namespace)
+    binding = decisions.worker_binding(worker, leader, statefulset)
+    if isinstance(binding, decisions.Retry):
+        raise _retry(binding.message)
+    return binding
+
+
+async def _bindable(client: kube.Api, stores: state.Stores, namespace: str, domain: str, lws: str) -> bool:
+    """Whether a pod joining `domain` may run at once; refuses when the domain is condemned or being deleted."""
+    fresh = await client.aget(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=namespace)
+    facts = domains.facts_of(fresh) if fresh is not None else None
+    refusal = domains.admission_refusal(facts)
+    if refusal is not None:
+        raise _retry(refusal)
+    workload = stores.workload(namespace, lws)
+    return workload is not None and domains.is_ready(
+        facts,
+        owner_uid=workload.uid,
+        manager=planner.MANAGER,
+        template_exists=stores.shared.template_exists(namespace, names.claim_template_name(domain)),
+    )

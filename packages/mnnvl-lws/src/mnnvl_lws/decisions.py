@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import injection, opt_in
+from mnnvl_api.decisions import injection, opt_in, references
 
 JsonPatch = list[dict[str, Any]]
 TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
@@ -252,6 +252,80 @@ def pod_position(pod: Mapping[str, Any]) -> PodPosition | errors.FieldError:
     if match is None:
         return errors.invalid("metadata.name", name, f'cannot tell the group of this pod of LeaderWorkerSet "{lws}"')
     return PodPosition(lws=lws, group=int(match.group(1)), pod=name, leader=leader)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Retry:
+    """The pod cannot be admitted now; its creator (the worker StatefulSet) retries, and a later try succeeds."""
+
+    message: str
+
+
+def controller_reference(meta: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The controller ownerReference of `kind` in `meta`, if any."""
+    return next(
+        (ref for ref in meta.get("ownerReferences") or () if ref.get("controller") and ref.get("kind") == kind), None
+    )
+
+
+def worker_binding(
+    worker: Mapping[str, Any], leader: Mapping[str, Any] | None, statefulset: Mapping[str, Any] | None
+) -> str | Retry | None:
+    """The domain a worker joins: the one recorded by the current incarnation of its leader, read afresh.
+
+    Upstream LWS ties a worker to its leader by uid: worker → its StatefulSet (controller reference) → the
+    leader pod (controller reference). A worker of a previous incarnation, or of a leader that is finished or
+    being deleted, is not admitted now: binding it would split a group across two IMEX domains or put it on a
+    domain about to go. None: the leader records no domain (it started while the gate was off).
+    """
+    meta = worker.get("metadata") or {}
+    leader_name = (meta.get("annotations") or {}).get(keys.LWS_LEADER_NAME_ANNOTATION, "")
+    if leader is None:
+        return Retry(message=f'leader pod "{leader_name}" not found; the pod is created again once its leader exists')
+    leader_meta = leader.get("metadata") or {}
+    owner = controller_reference(meta, "StatefulSet")
+    if owner is not None:
+        sts_meta = (statefulset or {}).get("metadata") or {}
+        if sts_meta.get("uid") != owner.get("uid"):
+            return Retry(message=f'StatefulSet "{owner.get("name")}" of this pod is gone or was replaced')
+        leader_ref = controller_reference(sts_meta, "Pod")
+        if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):
+            return Retry(
+                message=f'this pod belongs to a previous incarnation of leader pod "{leader_name}", not the current one'
+            )
+    if leader_meta.get("deletionTimestamp") or not references.is_non_terminal(leader):
+        return Retry(message=f'leader pod "{leader_name}" is finished or being deleted; its group is being restarted')
+    return references.recorded_domain(leader)
+
+
+def recorded_name_errors(
+    pod: Mapping[str, Any], position: PodPosition, leader_domain: str | None
+) -> list[errors.FieldError]:
+    """A `compute-domain-name` already on the pod must be what the replica scope derives: for a leader, a name of
+    its group; for a worker, its leader's domain. Anything else is refused, never trusted."""
+    recorded = references.recorded_domain(pod)
+    if recorded is None:
+        return []
+    path = errors.annotation_path("", keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+    if position.is_leader and names.replica_domain_token(recorded, position.lws, position.group) is None:
+        return [
+            errors.invalid(
+                path,
+                recorded,
+                f'not a ComputeDomain name of group {position.group} of LeaderWorkerSet "{position.lws}"; '
+                "remove the annotation, it is set automatically",
+            )
+        ]
+    if not position.is_leader and recorded != leader_domain:
+        return [
+            errors.invalid(
+                path,
+                recorded,
+                f'not the ComputeDomain of leader pod "{position.leader}" ({leader_domain or "none"}); '
+                "remove the annotation, it is set automatically",
+            )
+        ]
+    return []
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -85,9 +85,11 @@ async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
     global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
     context = operator.context_of(memo)
     _reconciler = Reconciler(context, STORES)
+    sync = asyncio.create_task(_reconciler.sync.run(), name="store-sync-LeaderWorkerSet")
+    operator.watch_tasks(sync)
     memo["tasks"] = [
         *_reconciler.queue.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges),
-        asyncio.create_task(_reconciler.sync.run(), name="store-sync-LeaderWorkerSet"),
+        sync,
     ]
 
 
