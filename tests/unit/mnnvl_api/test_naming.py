@@ -103,3 +103,20 @@ def test_incarnations_of_one_group_never_share_a_name(lws: str, group: int, toke
 def test_incarnation_tokens_are_five_characters_of_the_alphabet(token: str) -> None:
     expected = len(token) == 5 and set(token) <= set(names.INCARNATION_TOKEN_ALPHABET)
     assert names.is_incarnation_token(token) is expected
+
+
+@pytest.mark.parametrize(
+    ("domain", "lws", "group", "token"),
+    [
+        pytest.param("deepseek-r1-0-x7k2b", "deepseek-r1", 0, "x7k2b", id="derived"),
+        pytest.param(names.replica_domain_name("a" * 70, 3, "bbbbb"), "a" * 70, 3, "bbbbb", id="shortened-and-hashed"),
+        pytest.param("deepseek-r1-1-x7k2b", "deepseek-r1", 0, None, id="other-group"),
+        pytest.param("other-0-x7k2b", "deepseek-r1", 0, None, id="other-workload"),
+        pytest.param("deepseek-r1-0-aaaaa", "deepseek-r1", 0, None, id="not-a-token"),
+        pytest.param("NOT A NAME!!", "deepseek-r1", 0, None, id="not-a-name"),
+    ],
+)
+def test_a_replica_domain_name_is_recognised_only_when_derived(
+    domain: str, lws: str, group: int, token: str | None
+) -> None:
+    assert names.replica_domain_token(domain, lws, group) == token

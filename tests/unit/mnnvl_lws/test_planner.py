@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mnnvl_api import events, keys
@@ -141,3 +143,69 @@ def test_a_converged_snapshot_yields_an_empty_plan() -> None:
 def test_builders_refuse_a_worker_without_its_leader() -> None:
     with pytest.raises(ValueError, match="no leader"):
         build.snapshot(pods_=(build.worker(0, 1, D0),))
+
+
+def test_terminal_or_terminating_pods_are_never_ungated() -> None:
+    finished = build.leader(0, D0, gated=True, terminal=True)
+    leaving = build.leader(1, D1, gated=True, deleting=True)
+    plan = planner.plan(build.snapshot(pods_=(finished, leaving), domains_=(build.domain(D0), build.domain(D1))))
+    assert plan.ungate == ()
+
+
+def test_a_worker_is_ungated_only_onto_its_live_leaders_domain() -> None:
+    stray = build.worker(0, 1, D0, gated=True)
+    pods = (build.leader(0, D0_NEW), stray)
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0), build.domain(D0_NEW))))
+    assert plan.ungate == ()
+
+
+def test_a_condemned_domain_releases_no_pod_and_is_lifted_while_wanted() -> None:
+    pods = (build.leader(0, D0, gated=True),)
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0, condemned=True),)))
+    assert plan == planner.Plan(uncondemn=(D0,))
+
+
+def test_a_domain_recorded_by_a_live_pod_is_in_use_without_any_claim() -> None:
+    plan = planner.plan(build.snapshot(domains_=(build.domain(D0),), recorded=(D0,), gone=True))
+    assert plan == planner.Plan()
+
+
+def test_only_an_opted_in_workload_gets_domains() -> None:
+    not_opted = planner.Workload(namespace="serving", name="deepseek-r1", uid=build.UID, opted_in=False)
+    plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True),), workload_=not_opted))
+    assert plan.create == ()
+
+
+def test_a_leader_recording_a_name_the_scope_does_not_derive_gets_no_domain_and_a_warning() -> None:
+    plan = planner.plan(build.snapshot(pods_=(build.leader(0, "NOT A NAME!!", gated=True),)))
+    assert plan.create == ()
+    assert [w.reason for w in plan.warnings] == [events.INVALID_DOMAIN_NAME_REASON]
+    assert "'NOT A NAME!!'" in plan.warnings[0].message
+
+
+def test_a_leader_being_deleted_gets_no_new_domain() -> None:
+    assert planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True, deleting=True),))).create == ()
+
+
+def test_a_pod_running_without_its_channel_claim_is_reported() -> None:
+    unprotected = dataclasses.replace(build.worker(0, 1, D0), missing_claim=True)
+    pods = (build.leader(0, D0), unprotected)
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), in_use=(D0,)))
+    assert [w.reason for w in plan.warnings] == [events.POD_WITHOUT_CHANNEL_CLAIM_REASON]
+    assert "deepseek-r1-0-1" in plan.warnings[0].message
+
+
+@pytest.mark.parametrize(
+    "look_alike",
+    [
+        pytest.param(build.domain(D0, created_by="kubectl-label"), id="labelled-by-someone-else"),
+        pytest.param(build.domain(D0, created_by=None), id="no-recorded-creator"),
+        pytest.param(dataclasses.replace(build.domain(D0), group="1"), id="name-not-derived-from-its-group"),
+        pytest.param(dataclasses.replace(build.domain(D0), claim_template="someone-elses"), id="other-template"),
+    ],
+)
+def test_a_domain_that_only_looks_like_ours_is_never_deleted_or_released(look_alike: object) -> None:
+    assert isinstance(look_alike, planner.domains.DomainFacts)
+    assert planner.plan(build.snapshot(domains_=(look_alike,), gone=True)) == planner.Plan()
+    deleting = dataclasses.replace(look_alike, deleting=True)
+    assert planner.plan(build.snapshot(domains_=(deleting,), gone=True)) == planner.Plan()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mnnvl_api import keys
+from mnnvl_api import keys, names
 from mnnvl_lws import planner, state
 
 from . import build
@@ -62,3 +62,77 @@ def test_a_late_deletion_of_the_old_leader_does_not_hide_the_new_one() -> None:
     plan = planner.plan(snapshot)
     assert [c.name for c in plan.create] == [D_NEW]
     assert plan.delete == (D_OLD,)
+
+
+def gpu_pod(name: str, domain: str, *, uid: str, leader: str | None = None, phase: str = "Running") -> dict[str, Any]:
+    """A replica-scope pod as admitted: it records `domain` and holds its channel claim."""
+    pod = build.pod(name, uid=uid, leader=leader, annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: domain})
+    pod["spec"]["resourceClaims"] = [
+        {"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": names.claim_template_name(domain)}
+    ]
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def template(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "serving", "uid": f"uid-{name}", "resourceVersion": "3"}}
+
+
+def fed(*domains_: str) -> state.Stores:
+    stores = state.Stores()
+    stores.workload_mirror.observe(build.opted_in(), deleted=False)
+    for name in domains_:
+        stores.domain_mirror.observe(build.domain_object(name, group=int(name.split("-")[-2])), deleted=False)
+    return stores
+
+
+def test_a_domain_whose_claim_a_live_pod_of_another_workload_holds_is_in_use_and_kept() -> None:
+    stores = fed(D_OLD)
+    other = gpu_pod("borrower", D_OLD, uid="b")
+    other["metadata"]["labels"][keys.LWS_NAME_LABEL] = "other"
+    stores.pod_mirror.observe(other, deleted=False)
+    snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
+    assert snapshot.templates_in_use == frozenset({names.claim_template_name(D_OLD)})
+    assert planner.plan(snapshot).delete == ()
+
+
+def test_only_claim_templates_that_exist_count_and_readiness_needs_one() -> None:
+    stores = fed(D_NEW)
+    stores.pod_mirror.observe(leader("new", D_NEW), deleted=False)
+    snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
+    assert snapshot.existing_templates == frozenset()
+    assert not stores.domain_ready("serving", D_NEW, "deepseek-r1")
+    stores.template_mirror.observe(template(names.claim_template_name(D_NEW)), deleted=False)
+    stores.template_mirror.observe(template("unrelated-channel"), deleted=False)
+    snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
+    assert snapshot.existing_templates == frozenset({names.claim_template_name(D_NEW)})
+    assert stores.domain_ready("serving", D_NEW, "deepseek-r1")
+
+
+def test_events_of_a_domain_and_its_template_queue_every_workload_that_uses_it() -> None:
+    stores = state.Stores()
+    borrower = gpu_pod("other-0", D_OLD, uid="b")
+    borrower["metadata"]["labels"][keys.LWS_NAME_LABEL] = "other"
+    stores.pod_mirror.observe(borrower, deleted=False)
+    queued = stores.domain_mirror.observe(build.domain_object(D_OLD, group=2), deleted=False)
+    assert queued == [("serving", "deepseek-r1"), ("serving", "other")]
+    queued = stores.template_mirror.observe(template(names.claim_template_name(D_OLD)), deleted=False)
+    assert queued == [("serving", "deepseek-r1"), ("serving", "other")]
+
+
+def test_a_pod_event_queues_its_workload_also_when_it_leaves() -> None:
+    stores = state.Stores()
+    pod = gpu_pod("deepseek-r1-2", D_NEW, uid="p")
+    assert stores.pod_mirror.observe(pod, deleted=False) == [("serving", "deepseek-r1")]
+    assert stores.pod_mirror.observe(pod, deleted=True) == [("serving", "deepseek-r1")]
+
+
+def test_a_finished_cpu_only_leader_no_longer_keeps_its_domain() -> None:
+    stores = fed(D_OLD)
+    stores.pod_mirror.observe(leader("old", D_OLD), deleted=False)
+    assert planner.plan(stores.snapshot("serving", "deepseek-r1", gate_enabled=True)).delete == ()
+    finished = leader("old", D_OLD)
+    finished["status"] = {"phase": "Failed"}
+    finished["metadata"]["resourceVersion"] = "99"
+    stores.pod_mirror.observe(finished, deleted=False)
+    assert planner.plan(stores.snapshot("serving", "deepseek-r1", gate_enabled=True)).delete == (D_OLD,)

@@ -1,0 +1,124 @@
+"""Watch stores: complete before anyone decides (sync barrier), and no ghosts after a re-list."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from mnnvl_runtime import stores
+
+RESOURCE = stores.Resource(api_version="v1", plural="pods")
+
+
+def body(uid: str, version: int, name: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "name": name or uid, "resourceVersion": str(version)}}
+
+
+class Recorder:
+    """The indexes behind a mirror: which objects it holds now, at which version."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, int] = {}
+
+    def apply(self, uid: str, found: Mapping[str, Any] | None) -> list[str]:
+        if found is None:
+            self.held.pop(uid, None)
+        else:
+            self.held[uid] = int(found["metadata"]["resourceVersion"])
+        return [uid]
+
+
+def mirror() -> tuple[stores.Mirror[str], Recorder]:
+    recorder = Recorder()
+    return stores.Mirror(RESOURCE, recorder.apply), recorder
+
+
+def test_an_object_deleted_while_the_watch_was_away_is_dropped_by_the_next_list() -> None:
+    """After a 410 and a re-list no DELETED event comes for what went in the gap: the list shows it is gone."""
+    watched, recorder = mirror()
+    watched.observe(body("a", 5), deleted=False)
+    watched.observe(body("b", 6), deleted=False)
+    watched.begin_list()
+    touched, ghosts = watched.finish_list([body("b", 6)], "9")
+    assert recorder.held == {"b": 6}
+    assert (touched, ghosts) == (["a"], 1)
+
+
+def test_an_object_seen_after_the_list_was_taken_is_kept() -> None:
+    watched, recorder = mirror()
+    watched.begin_list()
+    watched.observe(body("new", 12), deleted=False)  # created after the list's snapshot at 10
+    watched.finish_list([], "10")
+    assert recorder.held == {"new": 12}
+
+
+def test_a_deletion_seen_while_the_list_was_in_flight_is_not_undone_by_it() -> None:
+    watched, recorder = mirror()
+    watched.observe(body("a", 5), deleted=False)
+    watched.begin_list()
+    watched.observe(body("a", 7), deleted=True)
+    watched.finish_list([body("a", 5)], "6")
+    assert recorder.held == {}
+
+
+def test_the_newer_of_an_event_and_a_list_wins() -> None:
+    watched, recorder = mirror()
+    watched.observe(body("a", 8), deleted=False)
+    watched.begin_list()
+    watched.finish_list([body("a", 7), body("b", 3)], "8")
+    assert recorder.held == {"a": 8, "b": 3}
+    watched.begin_list()
+    watched.finish_list([body("a", 9), body("b", 3)], "9")
+    assert recorder.held == {"a": 9, "b": 3}
+
+
+def test_an_event_older_than_what_a_list_gave_is_ignored() -> None:
+    watched, recorder = mirror()
+    watched.begin_list()
+    watched.finish_list([body("a", 9)], "9")
+    assert watched.observe(body("a", 8), deleted=False) == []
+    assert recorder.held == {"a": 9}
+
+
+class Lists:
+    """Stands in for the client's paged list call; `gate` holds a list until released."""
+
+    def __init__(self, answers: dict[str, list[dict[str, Any]]]) -> None:
+        self.answers = answers
+        self.gates: dict[str, asyncio.Event] = {plural: asyncio.Event() for plural in answers}
+
+    async def alist_all(
+        self, api_version: str, plural: str, *, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        await self.gates[plural].wait()
+        return self.answers[plural], "100"
+
+
+def test_the_barrier_opens_only_once_every_store_holds_a_complete_list() -> None:
+    async def scenario() -> None:
+        pods, recorder_pods = mirror()
+        domains_recorder = Recorder()
+        domains = stores.Mirror(stores.Resource(api_version="v1", plural="domains"), domains_recorder.apply)
+        lists = Lists({"pods": [body("p", 1)], "domains": [body("d", 2)]})
+        touched: list[str] = []
+        sync = stores.StoreSync(lists, [pods, domains], every=3600, touched=touched.extend)  # type: ignore[arg-type]
+        task = asyncio.create_task(sync.run())
+        lists.gates["pods"].set()
+        await asyncio.wait_for(_until(lambda: bool(recorder_pods.held)), timeout=5)
+        assert not sync.synced.is_set()  # pods are listed, domains not yet: no decision may be taken
+        lists.gates["domains"].set()
+        await asyncio.wait_for(sync.synced.wait(), timeout=5)
+        assert (recorder_pods.held, domains_recorder.held, sorted(touched)) == ({"p": 1}, {"d": 2}, ["d", "p"])
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+
+
+async def _until(condition: Any) -> None:
+    while not condition():
+        await asyncio.sleep(0)
