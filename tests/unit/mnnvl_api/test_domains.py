@@ -25,8 +25,10 @@ def with_fields(entries: list[dict[str, Any]]) -> dict[str, Any]:
     [
         pytest.param(build.managed_fields(keys.LWS_CONTROLLER, *LABELS), keys.LWS_CONTROLLER, id="created-by-us"),
         pytest.param(
-            build.managed_fields(keys.LWS_CONTROLLER, *LABELS)
-            + [{"manager": keys.GUARDIAN_CONTROLLER, "fieldsV1": {"f:metadata": {"f:finalizers": {}}}}],
+            [
+                *build.managed_fields(keys.LWS_CONTROLLER, *LABELS),
+                {"manager": keys.GUARDIAN_CONTROLLER, "fieldsV1": {"f:metadata": {"f:finalizers": {}}}},
+            ],
             keys.LWS_CONTROLLER,
             id="finalizer-added-by-the-guardian",
         ),
