@@ -354,23 +354,10 @@ def admit_pod(pod: Mapping[str, Any], *, domain: str | None, new_token: str, dom
         chosen = names.replica_domain_name(position.lws, position.group, new_token)
     if chosen is None:
         return PodAdmission(patch=[], errors=[])
-    spec = pod.get("spec") or {}
-    claim = injection.inject_channel_claim(spec, meta.get("annotations") or {}, names.claim_template_name(chosen))
-    if claim.errors:
-        return PodAdmission(patch=[], errors=claim.errors)
-    patch: JsonPatch = []
-    if recorded is None:
-        if meta.get("annotations") is None:
-            patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-        patch.append(
-            {
-                "op": "add",
-                "path": _pointer("metadata", "annotations", keys.COMPUTE_DOMAIN_NAME_ANNOTATION),
-                "value": chosen,
-            }
-        )
-    patch += claim.patch
     gate = position.is_leader or not domain_ready
-    if gate:
-        patch += injection.scheduling_gate_patch(spec)
-    return PodAdmission(patch=patch, errors=[], domain=chosen, targets=tuple(t.name for t in claim.targets), gated=gate)
+    steps = injection.pod_steps(pod, domain=chosen, gate=gate)
+    if steps.errors:
+        return PodAdmission(patch=[], errors=steps.errors)
+    return PodAdmission(
+        patch=steps.patch, errors=[], domain=chosen, targets=tuple(t.name for t in steps.targets), gated=gate
+    )

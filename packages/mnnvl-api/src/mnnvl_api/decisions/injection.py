@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import errors, keys
+from .. import errors, keys, names
 
 JsonPatch = list[dict[str, Any]]
 
@@ -135,6 +135,28 @@ def inject_channel_claim(
     for target in targets:
         patch.extend(_claim_reference(pod_spec[target.field][target.index], f"/spec/{target.field}/{target.index}"))
     return Injection(patch=patch, targets=tuple(targets), errors=[])
+
+
+def pod_steps(pod: Mapping[str, Any], *, domain: str, gate: bool) -> Injection:
+    """What every scope's pod webhook does to a pod joining `domain`: record the domain on the pod (unless it
+    is recorded already), give its target containers the domain's channel claim, and add the scheduling gate
+    when `gate`. Idempotent, so reinvocations and retries change nothing further."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    claim = inject_channel_claim(spec, annotations, names.claim_template_name(domain))
+    if claim.errors:
+        return claim
+    patch: JsonPatch = []
+    if keys.COMPUTE_DOMAIN_NAME_ANNOTATION not in annotations:
+        if meta.get("annotations") is None:
+            patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        pointer = "/metadata/annotations/" + keys.COMPUTE_DOMAIN_NAME_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        patch.append({"op": "add", "path": pointer, "value": domain})
+    patch += claim.patch
+    if gate:
+        patch += scheduling_gate_patch(spec)
+    return Injection(patch=patch, targets=claim.targets, errors=[])
 
 
 def reserved_claim_error(path: str) -> errors.FieldError:
