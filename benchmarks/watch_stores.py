@@ -5,6 +5,8 @@ measures, in one run, what one pod event costs each controller:
 
 - mnnvl-lws: record the pod, snapshot its LeaderWorkerSet and plan it (what the event queues);
 - mnnvl-guardian: record the pod and decide for every managed domain whose use it changed;
+- mnnvl-guardian resync: what the guardian does for each queued domain when its periodic resync queues every
+  managed domain (its per-key work must stay O(1), or a resync costs O(n²));
 
 and divides by the same cost on the smallest cluster (the baseline). Flat ratios mean the per-event work does
 not depend on how many pods the cluster runs. Run it with `./dev bench`.
@@ -13,12 +15,14 @@ not depend on how many pods the cluster runs. Run it with `./dev bench`.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 from mnnvl_api import keys, names
+from mnnvl_guardian import handlers as guardian_handlers
 from mnnvl_guardian import planner as guardian_planner
 from mnnvl_guardian import state as guardian_state
 from mnnvl_lws import planner as lws_planner
@@ -30,7 +34,7 @@ REPLICAS = 2
 
 
 def domain_name(lws: str, group: int) -> str:
-    return f"{lws}-{group}-abcde"
+    return names.replica_domain_name(lws, group, "bcdfg")
 
 
 def pod(lws: str, group: int, index: int, *, generation: int = 0) -> dict[str, Any]:
@@ -42,6 +46,7 @@ def pod(lws: str, group: int, index: int, *, generation: int = 0) -> dict[str, A
             "name": name,
             "namespace": NAMESPACE,
             "uid": f"{name}-{generation}",
+            "resourceVersion": str(generation + 1),
             "labels": {keys.LWS_NAME_LABEL: lws, keys.SCOPE_LABEL: keys.SCOPE_REPLICA},
             "annotations": {keys.LWS_LEADER_NAME_ANNOTATION: leader, keys.COMPUTE_DOMAIN_NAME_ANNOTATION: domain},
         },
@@ -56,7 +61,8 @@ def pod(lws: str, group: int, index: int, *, generation: int = 0) -> dict[str, A
 
 
 def workload(lws: str) -> dict[str, Any]:
-    return {"metadata": {"name": lws, "namespace": NAMESPACE, "uid": f"uid-{lws}"}}
+    opted_in = {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_ENABLED}
+    return {"metadata": {"name": lws, "namespace": NAMESPACE, "uid": f"uid-{lws}", "annotations": opted_in}}
 
 
 def domain(lws: str, group: int) -> dict[str, Any]:
@@ -69,6 +75,18 @@ def domain(lws: str, group: int) -> dict[str, Any]:
             "uid": f"uid-{name}",
             "labels": lws_planner.domain_labels(owner, group),
             "finalizers": [keys.PROTECTION_FINALIZER],
+            # As the API server records a domain mnnvl-lws created: it alone set the identity labels.
+            "managedFields": [
+                {
+                    "manager": keys.LWS_CONTROLLER,
+                    "operation": "Update",
+                    "fieldsV1": {
+                        "f:metadata": {
+                            "f:labels": {f"f:{label}": {} for label in lws_planner.domain_labels(owner, group)}
+                        }
+                    },
+                }
+            ],
         },
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
     }
@@ -97,10 +115,10 @@ def cluster(pods: int) -> list[tuple[str, dict[str, Any]]]:
 def filled_lws_stores(pods: int) -> lws_state.Stores:
     stores = lws_state.Stores()
     observers = {
-        "workload": stores.observe_workload,
-        "domain": stores.observe_domain,
-        "template": stores.observe_template,
-        "pod": stores.observe_pod,
+        "workload": stores.workload_mirror.observe,
+        "domain": stores.domain_mirror.observe,
+        "template": stores.template_mirror.observe,
+        "pod": stores.pod_mirror.observe,
     }
     for kind, body in cluster(pods):
         observers[kind](body, deleted=False)
@@ -110,7 +128,7 @@ def filled_lws_stores(pods: int) -> lws_state.Stores:
 def filled_guardian_stores(pods: int) -> guardian_state.Stores:
     """The guardian watches only domains and pods."""
     stores = guardian_state.Stores()
-    observers = {"domain": stores.observe_domain, "pod": stores.observe_pod}
+    observers = {"domain": stores.domain_mirror.observe, "pod": stores.pod_mirror.observe}
     for kind, body in cluster(pods):
         if kind in observers:
             observers[kind](body, deleted=False)
@@ -124,12 +142,20 @@ def event_stream(pods: int) -> list[dict[str, Any]]:
     return [pod(lws, group, index) for lws in lwss[::step] for group in range(REPLICAS) for index in range(GROUP_SIZE)]
 
 
+VERSIONS = itertools.count(1_000_000)
+
+
+def updated(event: dict[str, Any]) -> dict[str, Any]:
+    """The pod as a MODIFIED event reports it: a newer resourceVersion than the store holds."""
+    event["metadata"]["resourceVersion"] = str(next(VERSIONS))
+    return event
+
+
 def lws_event_cost(pods: int) -> Callable[[dict[str, Any]], None]:
     stores = filled_lws_stores(pods)
 
     def handle(event: dict[str, Any]) -> None:
-        workload_key = stores.observe_pod(event, deleted=False)
-        assert workload_key is not None
+        (workload_key,) = stores.pod_mirror.observe(updated(event), deleted=False)
         plan = lws_planner.plan(stores.snapshot(*workload_key, gate_enabled=True))
         assert plan.empty, plan  # a steady cluster: nothing to do, and the benchmark measures deciding that
 
@@ -140,11 +166,24 @@ def guardian_event_cost(pods: int) -> Callable[[dict[str, Any]], None]:
     stores = filled_guardian_stores(pods)
 
     def handle(event: dict[str, Any]) -> None:
-        for key in stores.observe_pod(event, deleted=False):
+        for key in stores.pod_mirror.observe(updated(event), deleted=False):
             facts = stores.domain(key)
             assert facts is not None
-            action = guardian_planner.decide(facts, template_in_use=stores.template_in_use(facts), gate_enabled=True)
+            action = guardian_planner.decide(facts, template_in_use=stores.in_use(facts), gate_enabled=True)
             assert action is guardian_planner.Action.NOTHING
+
+    return handle
+
+
+def guardian_resync_cost(pods: int) -> Callable[[dict[str, Any]], None]:
+    """Per queued domain, as the resync queues them all: the events here only pick which domain."""
+    stores = filled_guardian_stores(pods)
+
+    def handle(event: dict[str, Any]) -> None:
+        key = (NAMESPACE, str(event["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]))
+        decided = guardian_handlers.decide(stores, key, gate_enabled=True)
+        assert decided is not None
+        assert decided[1] is guardian_planner.Action.NOTHING
 
     return handle
 
@@ -173,7 +212,11 @@ def main() -> None:
     sizes: list[int] = sorted(arguments.sizes)
     print(f"one pod event, per controller; baseline: a cluster of {sizes[0]} pods; median of {arguments.rounds}")
     print(f"{'controller':<16}{'pods':>10}{'µs/event':>12}{'vs baseline':>13}")
-    for controller, setup in (("mnnvl-lws", lws_event_cost), ("mnnvl-guardian", guardian_event_cost)):
+    for controller, setup in (
+        ("mnnvl-lws", lws_event_cost),
+        ("mnnvl-guardian", guardian_event_cost),
+        ("guardian resync", guardian_resync_cost),
+    ):
         baseline = 0.0
         for size in sizes:
             cost = per_event_seconds(setup(size), event_stream(size), arguments.rounds)
