@@ -1,0 +1,129 @@
+"""The shared domain writer against an in-memory API: guarded release, identity, permanent errors reported once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import domains
+from mnnvl_guardian import executor as guardian_executor
+from mnnvl_runtime import domains as writing
+from mnnvl_runtime import kube
+
+from ..safety.memory_api import MemoryApi
+
+NS = "serving"
+NAME = "dsr1-0-bbbbb"
+WORKLOAD = writing.involved(keys.LWS_API_VERSION, "LeaderWorkerSet", NS, "dsr1", "uid-dsr1")
+
+
+def domain_manifest(name: str = NAME) -> dict[str, Any]:
+    labels = {keys.OWNER_UID_LABEL: "uid-dsr1", keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER}
+    return {
+        "metadata": {"name": name, "namespace": NS, "labels": labels, "finalizers": [keys.PROTECTION_FINALIZER]},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
+    }
+
+
+def managed(facts: domains.DomainFacts) -> bool:
+    return facts.managed
+
+
+def writer(api: MemoryApi) -> writing.DomainWriter:
+    return writing.DomainWriter(
+        api.client(keys.LWS_CONTROLLER), component="mnnvl-lws", scope="replica", fence_seconds=0
+    )
+
+
+def user_pod(api: MemoryApi, *, records: str) -> None:
+    pod = {
+        "metadata": {"name": "leader", "namespace": NS, "annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: records}}
+    }
+    api.put("pods", {**pod, "spec": {"containers": []}, "status": {"phase": "Running"}}, manager="kubelet")
+
+
+def test_a_deleted_domain_is_released_only_once_no_pod_records_it() -> None:
+    api = MemoryApi()
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain_manifest(), manager=keys.LWS_CONTROLLER)
+    user_pod(api, records=NAME)
+    api.delete(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
+    release = writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)
+    assert asyncio.run(release) is None
+    assert api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME) is not None
+    api.delete("pods", NS, "leader")
+    assert asyncio.run(writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)) == "now"
+    assert api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME) is None
+
+
+def test_a_live_domain_keeps_its_protection() -> None:
+    """A same-named successor of a deleted domain is never unprotected: only a domain being deleted is released."""
+    api = MemoryApi()
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain_manifest(), manager=keys.LWS_CONTROLLER)
+    assert asyncio.run(writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)) is None
+    found = api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
+    assert found is not None
+    assert found["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]
+
+
+def test_a_look_alike_is_neither_condemned_deleted_nor_released() -> None:
+    api = MemoryApi()
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain_manifest(), manager="kubectl")
+    writes = len(api.events)
+    deletion = asyncio.run(writer(api).fenced_delete(NS, NAME, belongs=managed, workload=WORKLOAD))
+    assert deletion == writing.Deletion()
+    assert len(api.events) == writes  # not condemned, not deleted: nothing written
+    api.delete(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)  # someone deletes it: it stays held by the finalizer
+    assert asyncio.run(writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)) is None
+    found = api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
+    assert found is not None
+    assert found["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]
+
+
+class Forbidden:
+    """A client whose writes are refused by RBAC; it records the Events posted."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    async def arequest(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        self.events.append(kwargs["body"])
+        return {}
+
+    async def acreate(self, manifest: dict[str, Any], plural: str) -> dict[str, Any]:
+        raise kube.ApiError(status=403, reason="Forbidden")
+
+
+def test_a_write_refused_for_good_is_reported_once_and_retried_with_back_off() -> None:
+    client = Forbidden()
+    domain_writer = writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
+    counted = writing.PERMANENT_ERRORS.labels(action="create", status="403")
+    before = counted._value.get()
+    for _ in range(3):
+        with pytest.raises(kube.ApiError):
+            asyncio.run(domain_writer.create(domain_manifest(), workload=WORKLOAD))
+    assert [(e["reason"], e["type"]) for e in client.events] == [("ComputeDomainWriteFailed", "Warning")]
+    assert "Could not create ComputeDomain dsr1-0-bbbbb: 403 Forbidden" in client.events[0]["message"]
+    assert counted._value.get() == before + 1
+
+
+def test_the_guardian_adds_its_finalizer_only_to_the_version_it_read() -> None:
+    """A finalizer another controller adds meanwhile is never replaced: the patch is tested on resourceVersion."""
+    api = MemoryApi()
+    manifest = domain_manifest()
+    del manifest["metadata"]["finalizers"]
+    read = api.put(keys.COMPUTE_DOMAIN_PLURAL, manifest, manager=keys.LWS_CONTROLLER)
+    patch = guardian_executor.protection_patch(read)
+    assert patch is not None
+    api.update(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME, lambda b: b["metadata"].__setitem__("finalizers", ["other/one"]))
+    client = api.client(keys.GUARDIAN_CONTROLLER)
+    with pytest.raises(kube.ApiError) as refused:
+        asyncio.run(client.apatch(writing.domain_path(NS, NAME), patch, content_type=kube.JSON_PATCH))
+    assert refused.value.status == 422
+    path = writing.domain_path(NS, NAME)
+    asyncio.run(client.amodify(path, guardian_executor.protection_patch))
+    found = api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
+    assert found is not None
+    assert found["metadata"]["finalizers"] == ["other/one", keys.PROTECTION_FINALIZER]
