@@ -16,11 +16,9 @@ from . import planner, telemetry
 log = logging.getLogger(__name__)
 
 
-async def apply(
-    client: kube.Kube, writer: writing.DomainWriter, domain: domains.DomainFacts, action: planner.Action
-) -> None:
+async def apply(writer: writing.DomainWriter, domain: domains.DomainFacts, action: planner.Action) -> None:
     if action is planner.Action.PROTECT:
-        await _protect(client, domain)
+        await _protect(writer, domain)
     elif action is planner.Action.RELEASE:
         await _release(writer, domain)
 
@@ -39,8 +37,10 @@ def protection_patch(current: kube.Object) -> kube.JsonPatch | None:
     return [*version, {"op": "add", "path": "/metadata/finalizers/-", "value": keys.PROTECTION_FINALIZER}]
 
 
-async def _protect(client: kube.Kube, domain: domains.DomainFacts) -> None:
-    if await client.amodify(writing.domain_path(domain.namespace, domain.name), protection_patch) is not None:
+async def _protect(writer: writing.DomainWriter, domain: domains.DomainFacts) -> None:
+    path = writing.domain_path(domain.namespace, domain.name)
+    target = f"ComputeDomain {domain.name}"
+    if await writer.guarded("protect", target, None, lambda: writer.client.amodify(path, protection_patch)):
         log.info("protection added", extra={"namespace": domain.namespace, "compute_domain": domain.name})
 
 

@@ -34,6 +34,7 @@ class Guardian:
             component=context.identity.reporting_component,
             scope="guardian",
             fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
+            may_write=context.elector.may_write,
         )
         self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
             context.elector, self.guard, kind="ComputeDomain"
@@ -49,7 +50,7 @@ class Guardian:
         await self.sync.synced.wait()  # no decision before every store holds a complete list
         decided = decide(self.stores, key, gate_enabled=self.context.gate_enabled)
         if decided is not None:
-            await executor.apply(self.context.client, self.writer, *decided)
+            await executor.apply(self.writer, *decided)
 
     def publish_gauges(self) -> None:
         terminating = sum(

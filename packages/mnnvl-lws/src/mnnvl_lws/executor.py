@@ -30,10 +30,16 @@ PODS_WITHOUT_CLAIM = prometheus_client.Counter(
 
 class Executor:
     def __init__(
-        self, client: kube.Api, component: str, *, fence_seconds: float, clock: Callable[[], float] = time.monotonic
+        self,
+        client: kube.Api,
+        component: str,
+        *,
+        fence_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.writer = domains.DomainWriter(
-            client, component=component, scope=SCOPE, fence_seconds=fence_seconds, clock=clock
+            client, component=component, scope=SCOPE, fence_seconds=fence_seconds, clock=clock, may_write=may_write
         )
 
     async def apply(self, snapshot: planner.Snapshot, plan: planner.Plan) -> float | None:

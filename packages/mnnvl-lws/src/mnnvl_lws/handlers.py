@@ -31,6 +31,7 @@ class Reconciler:
             context.client,
             context.identity.reporting_component,
             fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
+            may_write=context.elector.may_write,
         )
         self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
             context.elector, self.reconcile, kind="LeaderWorkerSet"

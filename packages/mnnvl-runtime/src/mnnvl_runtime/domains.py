@@ -59,6 +59,10 @@ def involved(api_version: str, kind: str, namespace: str, name: str, uid: str) -
     return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace, "uid": uid}}
 
 
+class NotLeadingError(RuntimeError):
+    """A write was about to start after this replica's Lease could have been taken over."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Deletion:
     """How far a fenced deletion got: `come_back_after` seconds when it has to be looked at again."""
@@ -76,9 +80,11 @@ class DomainWriter:
         scope: str,
         fence_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.client = client
         self.clock = clock
+        self.may_write = may_write
         self.component = component
         self.scope = scope
         self.fence_seconds = fence_seconds
@@ -111,7 +117,11 @@ class DomainWriter:
     async def guarded(
         self, action: str, target: str, workload: kube.Object | None, write: Callable[[], Awaitable[Result]]
     ) -> Result:
-        """Run a write; an error a retry cannot fix is reported once (event, metric) and raised for back-off."""
+        """Run a write; an error a retry cannot fix is reported once (event, metric) and raised for back-off.
+
+        No write starts once this replica may have lost its Lease (`may_write`): another may already lead."""
+        if not self.may_write():
+            raise NotLeadingError(f"not writing ({action} {target}): the Lease may have passed to another replica")
         try:
             return await write()
         except kube.ApiError as error:
