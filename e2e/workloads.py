@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -175,3 +176,51 @@ def create_foreign_domain(api: kube.Kube, ns: str, name: str, labels: dict[str, 
             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
         },
     )
+
+
+def generate_named(manifest: dict[str, Any], generate_name: str) -> dict[str, Any]:
+    """`manifest` with `metadata.generateName` instead of a name: the API server picks the name."""
+    generated = copy.deepcopy(manifest)
+    del generated["metadata"]["name"]
+    generated["metadata"]["generateName"] = generate_name
+    return generated
+
+
+def create_lws_with_warnings(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> tuple[kube.Object, list[str]]:
+    """Create an LWS, and return it with the warnings the API server sent back in `Warning` response headers
+    (admission warnings among them), which `kube.Kube.request` does not expose."""
+    _, url, headers, payload, _ = api.api.param_serialize(
+        method="POST",
+        resource_path=kube.path_of(LWS_API, "leaderworkersets", namespace=ns),
+        header_params={"Accept": kube.JSON, "Content-Type": kube.JSON},
+        body=manifest,
+        auth_settings=["BearerToken"],
+    )
+    response = api.api.call_api("POST", url, header_params=headers, body=payload)
+    data = response.read()
+    if response.status >= 400:
+        raise kube.ApiError(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
+    warnings = [_warning_text(value) for value in response.response.headers.getlist("Warning")]
+    created: kube.Object = json.loads(data)
+    return created, warnings
+
+
+def _warning_text(header: str) -> str:
+    """The text of one `Warning: 299 - "<text>"` header value, unquoted."""
+    match = re.fullmatch(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"(?: .*)?', header)
+    assert match is not None, f"not a Warning header value: {header!r}"
+    return re.sub(r"\\(.)", r"\1", match.group(1))
+
+
+def without_retries(api: kube.Kube) -> kube.Kube:
+    """The same connection, trying each call once: a server error is the answer, not a reason to retry."""
+    return kube.Kube(api.api, field_manager=api.field_manager, attempts=1)
+
+
+def webhook_failure(call: Callable[[], object]) -> str:
+    """The message of the error `call` must meet because a webhook could not be called (an internal error)."""
+    with pytest.raises(kube.ApiError) as failed:
+        call()
+    assert failed.value.status == 500, f"expected a failed webhook call, got {failed.value.status}: {failed.value.body}"
+    message: str = json.loads(failed.value.body or "{}").get("message", "")
+    return message

@@ -1,15 +1,21 @@
 """The webhook configurations of mnnvl-lws, for installers (chart, testbed) to register.
 
-Paths are kopf's handler ids. The pod webhook only sees pods stamped for the replica scope, so pods of
-other workloads never depend on this controller being available.
+Paths are kopf's handler ids. Each webhook sees only the objects that concern AutoComputeDomain, so other
+workloads never depend on this controller being available: the pod webhook only pods stamped for the
+replica scope (an object selector), the LeaderWorkerSet webhooks only LeaderWorkerSets that carry the opt-in
+annotation or mnnvl's marks in a template, now or before the update (a CEL match condition). Those still
+fail closed.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from mnnvl_api import keys
 from mnnvl_runtime import webhooks
+
+from . import decisions
 
 LWS_RULE = {
     "apiGroups": [keys.LWS_GROUP],
@@ -18,6 +24,51 @@ LWS_RULE = {
     "resources": ["leaderworkersets"],
 }
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+
+#: What every template key of ours starts with: the stamps, the reserved names, the containers annotation
+#: and the scope label, and any such key added later (a string prefix, not a path: `compute-domain-`).
+TEMPLATE_KEY_PREFIX = os.path.commonprefix(  # noqa: RUF071
+    [*keys.RESERVED_TEMPLATE_ANNOTATIONS, keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION, keys.SCOPE_LABEL]
+)
+
+
+def concerns_auto_compute_domain(variable: str) -> str:
+    """CEL: the LWS in `variable` (`object` or `oldObject`, null when the request has none) names the
+    opt-in annotation, or a template of it has a key of ours or the channel claim.
+
+    Every step is tested with has(), so the expression never errors: with failurePolicy Fail an error
+    would reject the request, whatever the object.
+    """
+    opt_in = webhooks.cel_string(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    prefix = webhooks.cel_string(TEMPLATE_KEY_PREFIX)
+    channel = webhooks.cel_string(keys.CHANNEL_CLAIM_NAME)
+    annotated = (
+        f"{webhooks.cel_has(variable, 'metadata', 'annotations')} && {opt_in} in {variable}.metadata.annotations"
+    )
+    marked_templates = []
+    for field in decisions.TEMPLATE_FIELDS:
+        template = f"{variable}.spec.leaderWorkerTemplate.{field}"
+        keyed = [
+            f"({webhooks.cel_has(template, 'metadata', kind)} && "
+            f"{template}.metadata.{kind}.exists(key, key.startsWith({prefix})))"
+            for kind in ("annotations", "labels")
+        ]
+        claimed = (
+            f"({webhooks.cel_has(template, 'spec', 'resourceClaims')} && "
+            f"{template}.spec.resourceClaims.exists(claim, has(claim.name) && claim.name == {channel}))"
+        )
+        marked_templates.append(f"(has({template}) && ({' || '.join((*keyed, claimed))}))")
+    marked = f"{webhooks.cel_has(variable, 'spec', 'leaderWorkerTemplate')} && ({' || '.join(marked_templates)})"
+    return f"{variable} != null && (({annotated}) || ({marked}))"
+
+
+#: Only LeaderWorkerSets that concern AutoComputeDomain, before or after the change, reach the LWS webhooks.
+LWS_MATCH_CONDITIONS = (
+    webhooks.match_condition(
+        "concerns-auto-compute-domain",
+        f"({concerns_auto_compute_domain('object')}) || ({concerns_auto_compute_domain('oldObject')})",
+    ),
+)
 
 
 def configurations(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
@@ -29,7 +80,14 @@ def configurations(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]
             me,
             "mutating",
             [
-                webhooks.entry(me, "mutate-leaderworkerset", LWS_RULE, client_config, reinvocationPolicy="Never"),
+                webhooks.entry(
+                    me,
+                    "mutate-leaderworkerset",
+                    LWS_RULE,
+                    client_config,
+                    match_conditions=LWS_MATCH_CONDITIONS,
+                    reinvocationPolicy="Never",
+                ),
                 webhooks.entry(
                     me,
                     "mutate-pod",
@@ -44,6 +102,10 @@ def configurations(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]
             "ValidatingWebhookConfiguration",
             me,
             "validating",
-            [webhooks.entry(me, "validate-leaderworkerset", LWS_RULE, client_config)],
+            [
+                webhooks.entry(
+                    me, "validate-leaderworkerset", LWS_RULE, client_config, match_conditions=LWS_MATCH_CONDITIONS
+                )
+            ],
         ),
     ]

@@ -1,19 +1,32 @@
-"""Webhook configuration entries, shaped the same for every controller."""
+"""Webhook configuration entries, shaped the same for every controller, and the CEL that narrows them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: Given a webhook path (kopf's handler id), the `clientConfig` that reaches it (URL or Service).
 ClientConfig = Callable[[str], dict[str, Any]]
+#: A `matchConditions` item: `{"name": ..., "expression": ...}`, the expression in CEL.
+MatchCondition = dict[str, str]
 
 
 def entry(
-    controller: str, handler_id: str, rule: dict[str, Any], client_config: ClientConfig, **extra: Any
+    controller: str,
+    handler_id: str,
+    rule: dict[str, Any],
+    client_config: ClientConfig,
+    *,
+    match_conditions: Sequence[MatchCondition] = (),
+    **extra: Any,
 ) -> dict[str, Any]:
-    """One webhook: fails closed, has no side effects, answers within 10 s."""
-    return {
+    """One webhook: fails closed, has no side effects, answers within 10 s.
+
+    With `match_conditions`, the API server calls it only for requests that meet every condition, so only
+    those fail while the controller is down.
+    """
+    webhook: dict[str, Any] = {
         "name": f"{handler_id}.{controller}.mnnvl.dev",
         "clientConfig": client_config(f"/{handler_id}"),
         "rules": [rule],
@@ -23,6 +36,26 @@ def entry(
         "timeoutSeconds": 10,
         **extra,
     }
+    if match_conditions:
+        webhook["matchConditions"] = [dict(condition) for condition in match_conditions]
+    return webhook
+
+
+def match_condition(name: str, expression: str) -> MatchCondition:
+    return {"name": name, "expression": expression}
+
+
+def cel_string(value: str) -> str:
+    """`value` as a CEL string literal (JSON's escapes are CEL's)."""
+    return json.dumps(value)
+
+
+def cel_has(root: str, *fields: str) -> str:
+    """CEL that is true when `root.f1.f2…` is present, testing each step with has() so it never errors.
+
+    `root` itself must not be null.
+    """
+    return " && ".join(f"has({'.'.join((root, *fields[: depth + 1]))})" for depth in range(len(fields)))
 
 
 def configuration(kind: str, controller: str, suffix: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
