@@ -146,10 +146,13 @@ def test_builders_refuse_a_worker_without_its_leader() -> None:
 
 
 def test_terminal_or_terminating_pods_are_never_ungated() -> None:
-    finished = build.leader(0, D0, gated=True, terminal=True)
-    leaving = build.leader(1, D1, gated=True, deleting=True)
-    plan = planner.plan(build.snapshot(pods_=(finished, leaving), domains_=(build.domain(D0), build.domain(D1))))
-    assert plan.ungate == ()
+    """Onto a ready domain, only pods that can still run are released."""
+    finished = dataclasses.replace(build.worker(0, 1, D0, gated=True), terminal=True)
+    leaving = dataclasses.replace(build.worker(0, 2, D0, gated=True), deleting=True)
+    waiting = build.worker(0, 3, D0, gated=True)
+    pods = (build.leader(0, D0), finished, leaving, waiting)
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
+    assert plan.ungate == (planner.PodRef(name="deepseek-r1-0-3", uid="uid-deepseek-r1-0-3"),)
 
 
 def test_a_worker_is_ungated_only_onto_its_live_leaders_domain() -> None:
