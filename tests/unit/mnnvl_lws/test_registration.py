@@ -64,7 +64,7 @@ def test_the_condition_matches_the_opt_in_annotation_our_template_keys_and_the_c
         template = f"object.spec.leaderWorkerTemplate.{field}"
         for kind in ("annotations", "labels"):
             assert (
-                f'{template}.metadata.{kind}.exists(key, key.startsWith("{registration.TEMPLATE_KEY_PREFIX}"))'
+                f'{template}.metadata.{kind}.exists(key, key.startsWith("{keys.TEMPLATE_KEY_PREFIX}"))'
                 in condition
             )
         assert (
@@ -102,7 +102,7 @@ def test_every_field_the_condition_reads_is_first_tested_with_has() -> None:
     ],
 )
 def test_every_template_key_of_ours_starts_with_the_matched_prefix(key: str) -> None:
-    assert key.startswith(registration.TEMPLATE_KEY_PREFIX)
+    assert key.startswith(keys.TEMPLATE_KEY_PREFIX)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_every_template_key_of_ours_starts_with_the_matched_prefix(key: str) -> 
     [keys.LWS_NAME_LABEL, keys.LWS_GROUP_INDEX_LABEL, keys.LWS_WORKER_INDEX_LABEL, keys.LWS_LEADER_NAME_ANNOTATION],
 )
 def test_upstream_template_keys_do_not_match_the_prefix(key: str) -> None:
-    assert not key.startswith(registration.TEMPLATE_KEY_PREFIX)
+    assert not key.startswith(keys.TEMPLATE_KEY_PREFIX)
 
 
 def test_a_webhook_without_match_conditions_has_none() -> None:

@@ -26,6 +26,9 @@ CHANNEL_CLAIM_NAME: Final = "lws-compute-domain-channel"
 COMPUTE_DOMAIN_PREFIX_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-prefix"
 #: Reserved pod-template annotation naming the slice ComputeDomain; also records a pod's domain.
 COMPUTE_DOMAIN_NAME_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-name"
+#: What every pod-template key of mnnvl's starts with: the stamps, the reserved names, the containers annotation
+#: and the scope label (webhook match conditions select on it).
+TEMPLATE_KEY_PREFIX: Final = "leaderworkerset.sigs.k8s.io/compute-domain-"
 #: Template annotations that only mnnvl may set.
 RESERVED_TEMPLATE_ANNOTATIONS: Final = (COMPUTE_DOMAIN_PREFIX_ANNOTATION, COMPUTE_DOMAIN_NAME_ANNOTATION)
 #: The feature gate in the `Configuration` file and the Helm values.
@@ -45,6 +48,7 @@ LWS_API_VERSION: Final = "leaderworkerset.x-k8s.io/v1"
 DS_GROUP: Final = "disaggregatedset.x-k8s.io"
 DS_PLURAL: Final = "disaggregatedsets"
 DS_API_VERSION: Final = "disaggregatedset.x-k8s.io/v1"
+DS_KIND: Final = "DisaggregatedSet"
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"

@@ -12,7 +12,6 @@ from mnnvl_api.decisions import injection, opt_in, references
 
 JsonPatch = list[dict[str, Any]]
 TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
-_DISAGGREGATED_SET_KIND = "DisaggregatedSet"
 _CHANNEL_CLAIM_TEMPLATE = re.compile(rf"-{re.escape(names.CLAIM_TEMPLATE_SUFFIX)}(-[0-9a-f]{{{names.HASH_LENGTH}}})?$")
 
 
@@ -139,7 +138,7 @@ def _controlled_by_disaggregated_set(meta: Mapping[str, Any]) -> bool:
     ds_name = (meta.get("labels") or {}).get(keys.DS_NAME_LABEL)
     return ds_name is not None and any(
         ref.get("controller") is True
-        and ref.get("kind") == _DISAGGREGATED_SET_KIND
+        and ref.get("kind") == keys.DS_KIND
         and str(ref.get("apiVersion", "")).partition("/")[0] == keys.DS_GROUP
         and ref.get("name") == ds_name
         for ref in meta.get("ownerReferences") or []

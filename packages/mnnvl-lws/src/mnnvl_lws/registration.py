@@ -9,7 +9,6 @@ fail closed.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from mnnvl_api import keys
@@ -25,12 +24,6 @@ LWS_RULE = {
 }
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
 
-#: What every template key of ours starts with: the stamps, the reserved names, the containers annotation
-#: and the scope label, and any such key added later (a string prefix, not a path: `compute-domain-`).
-TEMPLATE_KEY_PREFIX = os.path.commonprefix(  # noqa: RUF071
-    [*keys.RESERVED_TEMPLATE_ANNOTATIONS, keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION, keys.SCOPE_LABEL]
-)
-
 
 def concerns_auto_compute_domain(variable: str) -> str:
     """CEL: the LWS in `variable` (`object` or `oldObject`, null when the request has none) names the
@@ -40,7 +33,7 @@ def concerns_auto_compute_domain(variable: str) -> str:
     would reject the request, whatever the object.
     """
     opt_in = webhooks.cel_string(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
-    prefix = webhooks.cel_string(TEMPLATE_KEY_PREFIX)
+    prefix = webhooks.cel_string(keys.TEMPLATE_KEY_PREFIX)
     channel = webhooks.cel_string(keys.CHANNEL_CLAIM_NAME)
     annotated = (
         f"{webhooks.cel_has(variable, 'metadata', 'annotations')} && {opt_in} in {variable}.metadata.annotations"
