@@ -29,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import references
 from mnnvl_lws import admission, executor, planner, state
+from mnnvl_runtime import domains
 
 from .memory_api import MemoryApi
 
@@ -103,9 +104,14 @@ class ReplicaScope(RuleBasedStateMachine):
         self.stores = state.Stores()
         self.cursor = len(self.api.events)
         self.synced = False
-        self.executor = executor.Executor(
-            self.api.client(keys.LWS_CONTROLLER), keys.LWS_CONTROLLER, fence_seconds=FENCE, clock=lambda: self.now
+        writer = domains.DomainWriter(
+            self.api.client(keys.LWS_CONTROLLER),
+            component=keys.LWS_CONTROLLER,
+            scope=keys.SCOPE_REPLICA,
+            fence_seconds=FENCE,
+            clock=lambda: self.now,
         )
+        self.executor = executor.Executor(writer)
 
     def _mirror(self, stores: state.Stores, plural: str) -> Any:
         return {

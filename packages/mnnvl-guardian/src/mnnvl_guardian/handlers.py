@@ -4,14 +4,13 @@ gauges are refreshed on a timer, not per domain."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import kopf
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains as facts
-from mnnvl_runtime import domains, operator, stores, workqueue
+from mnnvl_runtime import operator, reconciling
 
 from . import executor, planner, state, telemetry
 
@@ -29,28 +28,14 @@ class Guardian:
     def __init__(self, context: operator.Context, stores_: state.Stores) -> None:
         self.context = context
         self.stores = stores_
-        self.writer = domains.DomainWriter(
-            context.client,
-            component=context.identity.reporting_component,
-            scope="guardian",
-            fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
-            may_write=context.elector.may_write,
-        )
-        self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
-            context.elector, self.guard, kind="ComputeDomain"
-        )
-        self.sync = stores.StoreSync(
-            context.client,
-            stores_.mirrors,
-            every=context.configuration.watching.store_resync_seconds,
-            touched=lambda found: self.queue.enqueue(*found),
+        self.loop: reconciling.Reconciling[state.NamespacedName] = reconciling.Reconciling(
+            context, stores_.mirrors, self.guard, kind="ComputeDomain", scope="guardian"
         )
 
     async def guard(self, key: state.NamespacedName) -> None:
-        await self.sync.synced.wait()  # no decision before every store holds a complete list
         decided = decide(self.stores, key, gate_enabled=self.context.gate_enabled)
         if decided is not None:
-            await executor.apply(self.writer, *decided)
+            await executor.apply(self.loop.writer, *decided)
 
     def publish_gauges(self) -> None:
         terminating = sum(
@@ -83,12 +68,7 @@ def guardian() -> Guardian:
 async def start(memo: Any, **_: Any) -> None:
     global _guardian  # noqa: PLW0603 - one guardian per process, created once kopf runs
     _guardian = Guardian(operator.context_of(memo), STORES)
-    sync = asyncio.create_task(_guardian.sync.run(), name="store-sync-ComputeDomain")
-    operator.watch_tasks(sync)
-    memo["tasks"] = [
-        *_guardian.queue.start(STORES.domain_keys, every=RESYNC_SECONDS, then=_guardian.publish_gauges),
-        sync,
-    ]
+    memo["tasks"] = _guardian.loop.start(STORES.domain_keys, every=RESYNC_SECONDS, then=_guardian.publish_gauges)
 
 
 def _managed(value: str | None, **_: Any) -> bool:
@@ -104,9 +84,9 @@ def _managed(value: str | None, **_: Any) -> bool:
     registry=state.registry,
 )
 async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
-    guardian().queue.enqueue(*STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
+    guardian().loop.queue.enqueue(*STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
 async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
-    guardian().queue.enqueue(*STORES.pod_mirror.observe(body, deleted=type == "DELETED"))
+    guardian().loop.queue.enqueue(*STORES.pod_mirror.observe(body, deleted=type == "DELETED"))

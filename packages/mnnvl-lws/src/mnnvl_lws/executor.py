@@ -5,8 +5,6 @@ precondition, so a stale snapshot can make it do less, never something unsafe.""
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
 import prometheus_client
 
@@ -29,18 +27,8 @@ PODS_WITHOUT_CLAIM = prometheus_client.Counter(
 
 
 class Executor:
-    def __init__(
-        self,
-        client: kube.Api,
-        component: str,
-        *,
-        fence_seconds: float,
-        clock: Callable[[], float] = time.monotonic,
-        may_write: Callable[[], bool] = lambda: True,
-    ) -> None:
-        self.writer = domains.DomainWriter(
-            client, component=component, scope=SCOPE, fence_seconds=fence_seconds, clock=clock, may_write=may_write
-        )
+    def __init__(self, writer: domains.DomainWriter) -> None:
+        self.writer = writer
 
     async def apply(self, snapshot: planner.Snapshot, plan: planner.Plan) -> float | None:
         """Apply `plan`; returns in how many seconds this LWS must be looked at again (a deletion fence), if so."""

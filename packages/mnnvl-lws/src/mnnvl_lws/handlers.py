@@ -6,13 +6,12 @@ reconciler that reads the stores and the work queue they feed; kopf would run sy
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_runtime import metrics, operator, stores, workqueue
+from mnnvl_runtime import metrics, operator, reconciling
 
 from . import executor, planner, state
 
@@ -27,31 +26,19 @@ class Reconciler:
     def __init__(self, context: operator.Context, stores_: state.Stores) -> None:
         self.context = context
         self.stores = stores_
-        self.executor = executor.Executor(
-            context.client,
-            context.identity.reporting_component,
-            fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
-            may_write=context.elector.may_write,
+        self.loop: reconciling.Reconciling[state.NamespacedName] = reconciling.Reconciling(
+            context, stores_.mirrors, self.reconcile, kind="LeaderWorkerSet", scope=keys.SCOPE_REPLICA
         )
-        self.queue: workqueue.WorkQueue[state.NamespacedName] = workqueue.WorkQueue(
-            context.elector, self.reconcile, kind="LeaderWorkerSet"
-        )
-        self.sync = stores.StoreSync(
-            context.client,
-            stores_.mirrors,
-            every=context.configuration.watching.store_resync_seconds,
-            touched=lambda found: self.enqueue(*found),
-        )
+        self.executor = executor.Executor(self.loop.writer)
 
     def enqueue(self, *workloads: state.NamespacedName) -> None:
-        self.queue.enqueue(*workloads)
+        self.loop.queue.enqueue(*workloads)
 
     async def reconcile(self, workload: state.NamespacedName) -> None:
-        await self.sync.synced.wait()  # no decision before every store holds a complete list
         snapshot = self.stores.snapshot(*workload, gate_enabled=self.context.gate_enabled)
         come_back = await self.executor.apply(snapshot, planner.plan(snapshot))
         if come_back is not None:
-            self.queue.enqueue_after(come_back, workload)
+            self.loop.queue.enqueue_after(come_back, workload)
 
     def publish_gauges(self) -> None:
         counts = {"pending": 0, "ready": 0, "terminating": 0}
@@ -86,12 +73,7 @@ async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
     global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
     context = operator.context_of(memo)
     _reconciler = Reconciler(context, STORES)
-    sync = asyncio.create_task(_reconciler.sync.run(), name="store-sync-LeaderWorkerSet")
-    operator.watch_tasks(sync)
-    memo["tasks"] = [
-        *_reconciler.queue.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges),
-        sync,
-    ]
+    memo["tasks"] = _reconciler.loop.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges)
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
