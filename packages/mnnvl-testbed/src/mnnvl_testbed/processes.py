@@ -100,6 +100,24 @@ class Supervisor:
             _terminate(pid, timeout)
         (self.pids / f"{name}.pid").unlink(missing_ok=True)
 
+    def kill(self, name: str, *, timeout: float = 15.0) -> int | None:
+        """Kill the component at once, as a crash would: SIGKILL to its process group, so no shutdown code runs
+        (a Lease is not released, nothing is flushed). Reaps it when it is our child; the pid file stays, and
+        `alive` reports it dead. Returns the pid killed (None: nothing of ours was running)."""
+        pid = self.owned_pid(name)
+        if pid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while self.alive(name) and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.05)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return pid
+
     def fail(self, name: str, what: str) -> ComponentError:
         return ComponentError(f"{name}: {what}\n--- last lines of {self.log(name)} ---\n{log_tail(self.log(name))}")
 
