@@ -63,10 +63,7 @@ def test_the_condition_matches_the_opt_in_annotation_our_template_keys_and_the_c
     for field in ("leaderTemplate", "workerTemplate"):
         template = f"object.spec.leaderWorkerTemplate.{field}"
         for kind in ("annotations", "labels"):
-            assert (
-                f'{template}.metadata.{kind}.exists(key, key.startsWith("{keys.TEMPLATE_KEY_PREFIX}"))'
-                in condition
-            )
+            assert f'{template}.metadata.{kind}.exists(key, key.startsWith("{keys.TEMPLATE_KEY_PREFIX}"))' in condition
         assert (
             f'{template}.spec.resourceClaims.exists(claim, has(claim.name) && claim.name == "{keys.CHANNEL_CLAIM_NAME}")'
             in condition
