@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import domains, references
+from mnnvl_api.decisions import domains, opt_in, references
 from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
@@ -93,6 +93,8 @@ async def admit_pod(
     if isinstance(position, errors.FieldError):
         raise admission.reject([position])
     namespace = pod["metadata"].get("namespace", "")
+    if position.is_leader and not await _opted_in(client, stores, namespace, position.lws):
+        return decisions.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
     domain = None if position.is_leader else await _leader_domain(client, namespace, pod, position)
     found = decisions.recorded_name_errors(pod, position, domain)
     if found:
@@ -112,6 +114,17 @@ def new_token() -> str:
 def _retry(message: str) -> kopf.AdmissionError:
     log.info("admission deferred", extra={"reason": message})
     return kopf.AdmissionError(f"{message}; the pod is created again by its controller", code=409)
+
+
+async def _opted_in(client: kube.Api, stores: state.Stores, namespace: str, lws: str) -> bool:
+    """Whether the pod's LeaderWorkerSet opted in: from the stores, confirmed afresh when they say no (they may
+    lag behind an opt-in). A pod of a workload that did not opt in is left alone: nothing would ever ungate it."""
+    known = stores.workload(namespace, lws)
+    if known is not None and known.opted_in:
+        return True
+    fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws, namespace=namespace)
+    annotations = ((fresh or {}).get("metadata") or {}).get("annotations") or {}
+    return opt_in.is_opted_in(annotations, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
 
 
 async def _leader_domain(

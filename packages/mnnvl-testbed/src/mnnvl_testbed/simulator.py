@@ -7,7 +7,8 @@ It behaves as the real driver does where mnnvl depends on it:
   `spec.channel.resourceClaimTemplate.name` (labels, no ownerReference) and marks the domain Ready;
 - as soon as a domain has a deletionTimestamp, deletes that template and drops its own finalizer, whatever
   other finalizers remain (IMEX teardown), and records the teardown as an Event naming the non-terminal
-  pods that still referenced the domain. Tests read those Events to prove no in-use domain was torn down.
+  pods that still used the domain (held its claim or recorded it), read afresh at that moment. Tests read
+  those Events to prove no in-use domain was torn down.
 """
 
 from __future__ import annotations
@@ -61,12 +62,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 150
 
 
-@kopf.index("pods", id="claim_template_users", registry=registry)
-def claim_template_users(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[tuple[str, str], str]:
-    """(namespace, template) → names of the non-terminal pods referencing it."""
-    return {(namespace or "", template): name for template in references.live_claim_templates(body)}
-
-
 @kopf.on.event("nodes", labels={manifests.TESTBED_NODE_LABEL: "true"}, id="publish-channel", registry=registry)
 def publish_channel(body: kopf.Body, type: str, **_: Any) -> None:
     if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
@@ -78,18 +73,24 @@ def publish_channel(body: kopf.Body, type: str, **_: Any) -> None:
 @kopf.on.event(
     keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL, id="drive", registry=registry
 )
-async def drive(body: kopf.Body, type: str, **kwargs: Any) -> None:
-    claim_template_users: kopf.Index[tuple[str, str], str] = kwargs["claim_template_users"]
+async def drive(body: kopf.Body, type: str, **_: Any) -> None:
     if type == "DELETED":
         return
     domain = dict(body)
     if domain["metadata"].get("deletionTimestamp"):
         if manifests.COMPUTE_DOMAIN_FINALIZER in domain["metadata"].get("finalizers", []):
-            key = (domain["metadata"]["namespace"], domain["spec"]["channel"]["resourceClaimTemplate"]["name"])
-            users = sorted(claim_template_users.get(key, []))
-            await asyncio.to_thread(_tear_down, domain, users)
+            await asyncio.to_thread(_tear_down, domain, await asyncio.to_thread(_users, domain))
         return
     await asyncio.to_thread(_bring_up, domain)
+
+
+def _users(domain: dict[str, Any]) -> list[str]:
+    """The non-terminal pods using the domain right now (read afresh): holding its claim, or recording it as a
+    CPU-only leader does."""
+    meta = domain["metadata"]
+    pods = api().list_objects("v1", "pods", namespace=meta["namespace"])
+    template = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    return sorted(references.users_of(pods, domain=meta["name"], claim_template=template))
 
 
 def _domain_path(meta: dict[str, Any]) -> str:
