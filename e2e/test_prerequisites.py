@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from mnnvl_api import keys
+from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, processes, testing
 
 
@@ -106,6 +107,37 @@ def test_the_controller_exits_at_startup_if_it_may_not_manage_compute_domains(
         "computedomains.resource.nvidia.com, delete computedomains.resource.nvidia.com, patch "
         "computedomains.resource.nvidia.com: enable the chart's ComputeDomain RBAC (featureGates.AutoComputeDomain=true) "
         "or include the config/components/computedomain kustomize component"
+    ) in stderr
+
+
+def test_the_controller_exits_at_startup_if_it_may_not_read_the_statefulsets_it_binds_workers_through(
+    testbed: cluster.Testbed, api: kube.Kube, controller_against: Controller
+) -> None:
+    """Without the ComputeDomain RBAC the controller manager fails to start, saying what to grant."""
+    user = "computedomains-only"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": user},
+        "rules": [
+            {"apiGroups": [keys.COMPUTE_DOMAIN_GROUP], "resources": [keys.COMPUTE_DOMAIN_PLURAL], "verbs": ["*"]}
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    api.apply(role, "clusterroles")
+    api.apply(binding, "clusterrolebindings")
+    process = controller_against.start(testbed, gate=True, kubeconfig=controllers.user_kubeconfig(testbed, user))
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert (
+        "mnnvl-lws: cannot start: this controller's service account may not get statefulsets.apps: grant it in the "
+        "controller's ClusterRole"
     ) in stderr
 
 

@@ -214,14 +214,17 @@ def _register_liveness(registry: kopf.OperatorRegistry) -> None:
         return check_tasks_running(_WATCHED_TASKS)
 
 
-def compute_domain_preflight(verbs: tuple[str, ...]) -> Callable[[kube.Kube, models.Configuration], list[str]]:
-    """The start-up check of a controller that works on ComputeDomains with `verbs`: with the gate on, the API
-    must be served and this controller allowed to use it; with the gate off, nothing is required."""
+def compute_domain_preflight(
+    verbs: tuple[str, ...], reads: tuple[preflight.Access, ...] = ()
+) -> Callable[[kube.Kube, models.Configuration], list[str]]:
+    """The start-up check of a controller that works on ComputeDomains with `verbs` (and needs `reads` beside
+    them): with the gate on, the API must be served and this controller allowed to use it; with the gate off,
+    nothing is required."""
 
     def problems(client: kube.Kube, configuration: models.Configuration) -> list[str]:
         if not configuration.auto_compute_domain:
             return []
-        return preflight.compute_domain_problems(client, verbs)
+        return preflight.compute_domain_problems(client, verbs, reads)
 
     return problems
 

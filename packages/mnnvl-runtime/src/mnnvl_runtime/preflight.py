@@ -53,8 +53,9 @@ def missing_access(client: kube.Kube, wanted: list[Access]) -> list[str]:
     return missing
 
 
-def compute_domain_problems(client: kube.Kube, verbs: tuple[str, ...]) -> list[str]:
-    """Why a controller that needs ComputeDomains cannot run with the feature gate on (empty: it can)."""
+def compute_domain_problems(client: kube.Kube, verbs: tuple[str, ...], reads: tuple[Access, ...] = ()) -> list[str]:
+    """Why a controller that needs ComputeDomains (and the `reads` beside them) cannot run with the feature gate
+    on (empty: it can)."""
     if not is_served(client, CD_API, keys.COMPUTE_DOMAIN_PLURAL):
         return [
             f"the ComputeDomain API ({keys.COMPUTE_DOMAIN_PLURAL}.{CD_API}) is not served: install the NVIDIA DRA "
@@ -68,5 +69,10 @@ def compute_domain_problems(client: kube.Kube, verbs: tuple[str, ...]) -> list[s
         return [
             f"this controller's service account may not {', '.join(missing)}: enable the chart's ComputeDomain RBAC "
             "(featureGates.AutoComputeDomain=true) or include the config/components/computedomain kustomize component"
+        ]
+    missing = missing_access(client, list(reads))
+    if missing:
+        return [
+            f"this controller's service account may not {', '.join(missing)}: grant it in the controller's ClusterRole"
         ]
     return []
