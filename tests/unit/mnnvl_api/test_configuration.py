@@ -17,6 +17,7 @@ from mnnvl_api.models import configuration
         pytest.param({"leaderElection": {"leaseDuration": 20}}, ("leaderElection", "leaseDuration"), id="election"),
         pytest.param({"computeDomain": {"protection": "Deny"}}, ("computeDomain", "protection"), id="compute-domain"),
         pytest.param({"watching": {"resyncSeconds": 1}}, ("watching", "resyncSeconds"), id="watching"),
+        pytest.param({"reconciliation": {"workers": 4}}, ("reconciliation", "workers"), id="reconciliation"),
     ],
 )
 def test_unknown_keys_are_rejected_at_every_level(document: dict[str, Any], location: tuple[str, ...]) -> None:
@@ -46,7 +47,7 @@ def test_other_models_still_keep_unknown_fields() -> None:
         pytest.param(
             ("internalCertManagement",),
             "unknown field internalCertManagement; known fields: apiVersion, kind, featureGates, computeDomain, "
-            "webhook, leaderElection, watching, metricsBindAddress, healthBindAddress",
+            "webhook, leaderElection, watching, reconciliation, metricsBindAddress, healthBindAddress",
             id="another-components-key",
         ),
     ],
@@ -101,3 +102,17 @@ def test_the_deletion_fence_and_the_store_resync_period_are_bounded() -> None:
         models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": -1}})
     with pytest.raises(pydantic.ValidationError, match="storeResyncSeconds"):
         models.Configuration.model_validate({"watching": {"storeResyncSeconds": 0}})
+
+
+def test_reconciliation_concurrency_defaults_to_16_and_is_read_from_camel_case() -> None:
+    assert models.Configuration().reconciliation.concurrency == 16
+    loaded = models.Configuration.model_validate({"reconciliation": {"concurrency": 64}})
+    assert loaded.reconciliation.concurrency == 64
+
+
+@pytest.mark.parametrize(
+    "concurrency", [pytest.param(0, id="zero"), pytest.param(-1, id="negative"), pytest.param(257, id="too-many")]
+)
+def test_reconciliation_concurrency_is_bounded(concurrency: int) -> None:
+    with pytest.raises(pydantic.ValidationError, match=r"reconciliation\.concurrency"):
+        models.Configuration.model_validate({"reconciliation": {"concurrency": concurrency}})

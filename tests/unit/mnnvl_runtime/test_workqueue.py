@@ -227,3 +227,174 @@ def test_the_queue_loops_are_watched_by_the_liveness_probe() -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+# --- concurrency: N workers, one pass per key at a time ------------------------------------------------------
+
+
+async def _yield_many() -> None:
+    """Hand the loop to every other task, many times over: whatever could start has started."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+def test_no_more_passes_run_at_once_than_the_concurrency() -> None:
+    async def scenario() -> tuple[int, list[str]]:
+        running = 0
+        most = 0
+        full, release, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        done: list[str] = []
+
+        async def work(key: str) -> None:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            if running == 3:
+                full.set()
+            await release.wait()
+            running -= 1
+            done.append(key)
+            if len(done) == 10:
+                finished.set()
+
+        queue = workqueue.WorkQueue(sole_leader(), work, kind="Bounded", concurrency=3)
+        queue.enqueue(*(f"k{i}" for i in range(10)))
+        worker = asyncio.create_task(queue.run())
+        await fakes.within(full.wait())
+        await _yield_many()
+        assert running == 3
+        assert len(queue.processing) == 3
+        release.set()
+        await fakes.within(finished.wait())
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        return most, done
+
+    most, done = asyncio.run(scenario())
+    assert most == 3
+    assert sorted(done) == sorted(f"k{i}" for i in range(10))
+
+
+def test_a_key_queued_during_its_own_pass_runs_again_afterwards_never_alongside() -> None:
+    async def scenario() -> list[str]:
+        journal: list[str] = []
+        active: set[str] = set()
+        first_started, release, second_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def work(key: str) -> None:
+            assert key not in active, f"{key} is in two passes at once"
+            active.add(key)
+            journal.append(f"start {key}")
+            try:
+                if len(journal) == 1:
+                    first_started.set()
+                    await release.wait()
+                else:
+                    second_done.set()
+            finally:
+                journal.append(f"end {key}")
+                active.discard(key)
+
+        queue = workqueue.WorkQueue(sole_leader(), work, kind="Dirty", concurrency=4)
+        queue.enqueue("a")
+        worker = asyncio.create_task(queue.run())
+        await fakes.within(first_started.wait())
+        queue.enqueue("a")  # an event for the key while its pass runs: three idle workers could take it
+        queue.enqueue("a")  # de-duplicated with the one before
+        await _yield_many()
+        assert journal == ["start a"]
+        assert queue.pending == {"a"}
+        assert queue.queue.empty()  # held back until the running pass ends
+        release.set()
+        await fakes.within(second_done.wait())
+        await _yield_many()
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        assert queue.pending == set()
+        return journal
+
+    assert asyncio.run(scenario()) == ["start a", "end a", "start a", "end a"]
+
+
+def test_different_keys_are_worked_on_at_the_same_time() -> None:
+    async def scenario() -> None:
+        started: dict[str, asyncio.Event] = {key: asyncio.Event() for key in "abc"}
+        release = asyncio.Event()
+
+        async def work(key: str) -> None:
+            started[key].set()
+            await release.wait()  # none ends before all have started
+
+        queue = workqueue.WorkQueue(sole_leader(), work, kind="Parallel", concurrency=3)
+        queue.enqueue("a", "b", "c")
+        worker = asyncio.create_task(queue.run())
+        await fakes.within(asyncio.gather(*(event.wait() for event in started.values())))
+        assert queue.processing == {"a", "b", "c"}
+        release.set()
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_stepping_down_cancels_every_running_pass_before_the_lease_is_released() -> None:
+    server = fakes.LeaseServer()
+    subject = elector(server)
+    subject.on_change.append(lambda now_leading: server.journal.append(f"leading={now_leading}"))
+
+    async def scenario() -> workqueue.WorkQueue[str]:
+        election = await leading(subject)
+        started: dict[str, asyncio.Event] = {key: asyncio.Event() for key in "abc"}
+
+        async def work(key: str) -> None:
+            started[key].set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                server.journal.append(f"pass on {key} cancelled, may_write={subject.may_write()}")
+                raise
+
+        queue = workqueue.WorkQueue(subject, work, kind="SteppingDownAll", concurrency=4)
+        queue.enqueue("a", "b", "c")
+        worker = asyncio.create_task(queue.run())
+        await fakes.within(asyncio.gather(*(event.wait() for event in started.values())))
+        await stop(election)
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        return queue
+
+    queue = asyncio.run(scenario())
+    assert server.journal[:2] == ["leading=True", "leading=False"]
+    assert sorted(server.journal[2:5]) == [f"pass on {key} cancelled, may_write=False" for key in "abc"]
+    assert server.journal[5:] == ["released"]
+    assert queue.pending == {"a", "b", "c"}
+
+
+def test_stopping_the_queue_cancels_every_running_pass() -> None:
+    async def scenario() -> None:
+        started: dict[str, asyncio.Event] = {key: asyncio.Event() for key in "ab"}
+        cancelled: list[str] = []
+
+        async def work(key: str) -> None:
+            started[key].set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(key)
+                raise
+
+        queue = workqueue.WorkQueue(sole_leader(), work, kind="StoppingAll", concurrency=2)
+        queue.enqueue("a", "b")
+        worker = asyncio.create_task(queue.run())
+        await fakes.within(asyncio.gather(*(event.wait() for event in started.values())))
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        await _yield_many()
+        assert sorted(cancelled) == ["a", "b"]
+
+    asyncio.run(scenario())
+
+
+def test_the_concurrency_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
+        workqueue.WorkQueue(sole_leader(), _forgetful, kind="Zero", concurrency=0)

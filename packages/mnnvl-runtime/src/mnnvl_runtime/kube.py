@@ -3,19 +3,24 @@
 Objects stay plain dicts, exactly as the API server sends them, because the decision functions read them
 that way. Every call is retried with bounded back-off on throttling (429), server errors (5xx) and broken
 connections; conflicts are left to `modify`, which re-reads and recomputes. Writes to shared objects use
-server-side apply under the controller's own field manager. The `a*` methods run the blocking client in a
-worker thread, so an asyncio event loop is never blocked.
+server-side apply under the controller's own field manager. The `a*` methods run the blocking client on a
+thread pool of the client's own, sized for I/O (not asyncio's default pool of a few threads), so an asyncio
+event loop is never blocked and many passes can wait on the API at once; the HTTP connection pool is as large,
+so those requests are not queued behind a few connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import json
 import logging
 import pathlib
 import urllib.parse
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, ParamSpec, Protocol, TypeVar
 
 import tenacity
 import urllib3
@@ -27,12 +32,17 @@ MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 RETRIED_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+#: API requests one controller process may have in flight at once: threads of a `Kube`'s pool, and HTTP
+#: connections kept per host.
+MAX_CONCURRENT_REQUESTS: Final = 64
 
 Object = dict[str, Any]
 JsonPatch = list[dict[str, Any]]
 ApiError = exceptions.ApiException
 
 log = logging.getLogger(__name__)
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
 
 
 def status_of(error: BaseException) -> int | None:
@@ -50,9 +60,13 @@ def path_of(api_version: str, plural: str, *, namespace: str | None = None, name
     return f"{scoped}/{name}" if name else scoped
 
 
-def load_api_client(kubeconfig: pathlib.Path | None = None) -> client.ApiClient:
-    """From a kubeconfig file when given (or $KUBECONFIG), else the in-cluster service account."""
+def load_api_client(
+    kubeconfig: pathlib.Path | None = None, *, max_connections: int = MAX_CONCURRENT_REQUESTS
+) -> client.ApiClient:
+    """From a kubeconfig file when given (or $KUBECONFIG), else the in-cluster service account; keeping up to
+    `max_connections` connections open, so that many concurrent requests do not wait for a free one."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = max_connections
     if kubeconfig is not None:
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
@@ -90,10 +104,19 @@ class Kube:
     """One controller's view of the API: its connection, its field manager, its retry bounds."""
 
     def __init__(
-        self, api: client.ApiClient, *, field_manager: str, attempts: int = 6, max_backoff: float = 8.0
+        self,
+        api: client.ApiClient,
+        *,
+        field_manager: str,
+        attempts: int = 6,
+        max_backoff: float = 8.0,
+        max_workers: int = MAX_CONCURRENT_REQUESTS,
     ) -> None:
+        """`max_workers` bounds the threads that run the `a*` methods' blocking calls (started as needed)."""
         self.api = api
         self.field_manager = field_manager
+        self.max_workers = max_workers
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=field_manager)
         self._retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
             wait=tenacity.wait_exponential_jitter(multiplier=0.2, max=max_backoff),
@@ -235,36 +258,43 @@ class Kube:
 
     # --- the same, off the event loop -----------------------------------------------------------------
 
+    async def _off_loop(self, call: Callable[Params, Result], /, *args: Params.args, **kwargs: Params.kwargs) -> Result:
+        """Run a blocking call on this client's pool, in a copy of the caller's context (as `asyncio.to_thread`
+        does). Cancelling the await does not stop a call already running; its result is then dropped."""
+        loop = asyncio.get_running_loop()
+        bound = functools.partial(contextvars.copy_context().run, call, *args, **kwargs)
+        return await loop.run_in_executor(self._pool, bound)
+
     async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
-        return await asyncio.to_thread(self.request, method, path, **kwargs)
+        return await self._off_loop(self.request, method, path, **kwargs)
 
     async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
-        return await asyncio.to_thread(self.get, api_version, plural, name, namespace=namespace)
+        return await self._off_loop(self.get, api_version, plural, name, namespace=namespace)
 
     async def alist_objects(
         self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
     ) -> list[Object]:
-        return await asyncio.to_thread(self.list_objects, api_version, plural, namespace=namespace, **query)
+        return await self._off_loop(self.list_objects, api_version, plural, namespace=namespace, **query)
 
     async def alist_all(
         self, api_version: str, plural: str, *, label_selector: str | None = None
     ) -> tuple[list[Object], str]:
-        return await asyncio.to_thread(self.list_all, api_version, plural, label_selector=label_selector)
+        return await self._off_loop(self.list_all, api_version, plural, label_selector=label_selector)
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
-        return await asyncio.to_thread(self.create, manifest, plural)
+        return await self._off_loop(self.create, manifest, plural)
 
     async def aapply(self, manifest: Object, plural: str) -> Object:
-        return await asyncio.to_thread(self.apply, manifest, plural)
+        return await self._off_loop(self.apply, manifest, plural)
 
     async def apatch(self, path: str, patch: object, *, content_type: str = MERGE_PATCH) -> Object:
-        return await asyncio.to_thread(self.patch, path, patch, content_type=content_type)
+        return await self._off_loop(self.patch, path, patch, content_type=content_type)
 
     async def adelete(self, path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool:
-        return await asyncio.to_thread(self.delete, path, uid=uid, resource_version=resource_version)
+        return await self._off_loop(self.delete, path, uid=uid, resource_version=resource_version)
 
     async def amodify(self, path: str, change: Callable[[Object], JsonPatch | None]) -> Object | None:
-        return await asyncio.to_thread(self.modify, path, change)
+        return await self._off_loop(self.modify, path, change)
 
 
 def is_condition_true(obj: Object, condition: str) -> bool:

@@ -1,5 +1,6 @@
 """The reconciliation machinery every controller shares: watch stores filled and re-checked from fresh lists,
-a work queue only the Lease holder works, no pass before the stores are synced, and the domain writer."""
+a work queue only the Lease holder works (`reconciliation.concurrency` keys at once, one pass per key at a
+time), no pass before the stores are synced, and the domain writer."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ class Reconciling(Generic[Key]):
             fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
             may_write=context.elector.may_write,
         )
-        self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue(context.elector, self._pass, kind=kind)
+        self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue(
+            context.elector, self._pass, kind=kind, concurrency=context.configuration.reconciliation.concurrency
+        )
         self.sync: stores.StoreSync[Key] = stores.StoreSync(
             context.client,
             mirrors,

@@ -73,6 +73,12 @@ class WatchingSettings(_SettingsModel):
     store_resync_seconds: float = pydantic.Field(default=120.0, gt=0)
 
 
+class ReconciliationSettings(_SettingsModel):
+    #: How many keys (workloads, domains) the Lease holder reconciles at once; one key is never in two passes
+    #: at once, whatever this is.
+    concurrency: int = pydantic.Field(default=16, ge=1, le=256)
+
+
 class Configuration(_SettingsModel):
     api_version: Literal["config.lws.x-k8s.io/v1"] = API_VERSION
     kind: Literal["Configuration"] = KIND
@@ -81,6 +87,7 @@ class Configuration(_SettingsModel):
     webhook: WebhookSettings = pydantic.Field(default_factory=WebhookSettings)
     leader_election: LeaderElectionSettings = pydantic.Field(default_factory=LeaderElectionSettings)
     watching: WatchingSettings = pydantic.Field(default_factory=WatchingSettings)
+    reconciliation: ReconciliationSettings = pydantic.Field(default_factory=ReconciliationSettings)
     #: Where Prometheus metrics and the liveness probe are served; the empty string turns either off.
     metrics_bind_address: str = ":8080"
     health_bind_address: str = ":8081"

@@ -1,0 +1,189 @@
+"""How a plan is applied: the writes of one kind together, the kinds in order, events never in the way."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mnnvl_api import keys
+from mnnvl_lws import executor, planner
+from mnnvl_runtime import domains, kube
+
+from ..mnnvl_runtime import fakes
+from ..safety.memory_api import MemoryApi
+
+NS = "serving"
+LWS = "dsr1"
+WORKLOAD = planner.Workload(namespace=NS, name=LWS, uid="uid-dsr1")
+
+
+def snapshot() -> planner.Snapshot:
+    return planner.Snapshot(
+        namespace=NS,
+        lws_name=LWS,
+        workload=WORKLOAD,
+        pods=(),
+        domains={},
+        existing_templates=frozenset(),
+        templates_in_use=frozenset(),
+        gate_enabled=True,
+    )
+
+
+def to_create(group: int) -> planner.DomainToCreate:
+    name = f"{LWS}-{group}-bbbbb"
+    return planner.DomainToCreate(
+        name=name, namespace=NS, claim_template=f"{name}-channel", labels=planner.domain_labels(WORKLOAD, group)
+    )
+
+
+def pods(*names: str) -> tuple[planner.PodRef, ...]:
+    return tuple(planner.PodRef(name=name, uid=f"uid-{name}") for name in names)
+
+
+class Together:
+    """Lets its callers on only once `count` of them are waiting: sequential callers never get past it."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.arrived = 0
+        self.all_here = asyncio.Event()
+
+    async def wait(self) -> None:
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.all_here.set()
+        await self.all_here.wait()
+
+
+class RecordingWriter(domains.DomainWriter):
+    """Records the writes an executor makes; each may be held (`hold`) or fail (`fail`), by target."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            MemoryApi().client(keys.LWS_CONTROLLER), component="mnnvl-lws", scope="replica", fence_seconds=0
+        )
+        self.journal: list[str] = []
+        self.hold: dict[str, Any] = {}
+        self.fail: set[str] = set()
+
+    async def _write(self, what: str) -> None:
+        self.journal.append(f"start {what}")
+        try:
+            if what in self.hold:
+                await self.hold[what].wait()
+            if what in self.fail:
+                raise kube.ApiError(status=500, reason="boom")
+        except asyncio.CancelledError:
+            self.journal.append(f"cancelled {what}")
+            raise
+        self.journal.append(f"end {what}")
+
+    async def create(self, manifest: kube.Object, *, workload: kube.Object | None) -> bool:
+        await self._write(f"create {manifest['metadata']['name']}")
+        return True
+
+    async def ungate(self, namespace: str, pod: str, *, uid: str, workload: kube.Object | None) -> None:
+        await self._write(f"ungate {pod}")
+
+    async def event(self, workload: kube.Object | None, reason: str, message: str) -> None:
+        await self._write(f"event {message.split()[2]}")
+
+
+def test_domains_are_created_together_then_pods_are_ungated_together() -> None:
+    writer = RecordingWriter()
+    creates = Together(3)
+    ungates = Together(2)
+    writer.hold = {f"create {LWS}-{g}-bbbbb": creates for g in range(3)} | {f"ungate {p}": ungates for p in "ab"}
+    plan = planner.Plan(create=tuple(to_create(g) for g in range(3)), ungate=pods("a", "b"))
+
+    assert asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan))) is None
+
+    creating = [i for i, line in enumerate(writer.journal) if line.endswith("bbbbb") and "create" in line]
+    ungating = [i for i, line in enumerate(writer.journal) if line.startswith(("start ungate", "end ungate"))]
+    assert max(creating) < min(ungating), writer.journal
+    assert sorted(line for line in writer.journal if line.startswith("end event")) == [
+        f"end event {LWS}-{g}-bbbbb" for g in range(3)
+    ]
+
+
+def test_the_event_of_a_create_does_not_hold_up_the_ungates_and_is_posted_within_the_pass() -> None:
+    writer = RecordingWriter()
+    ungated = asyncio.Event()
+
+    class AfterUngate:
+        async def wait(self) -> None:
+            await ungated.wait()
+
+    async def ungate_then_release(namespace: str, pod: str, *, uid: str, workload: kube.Object | None) -> None:
+        writer.journal.append(f"ungate {pod}")
+        ungated.set()
+
+    writer.hold = {f"event {LWS}-0-bbbbb": AfterUngate()}
+    writer.ungate = ungate_then_release  # type: ignore[method-assign]
+    plan = planner.Plan(create=(to_create(0),), ungate=pods("a"))
+
+    asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan)))
+
+    assert writer.journal[:2] == [f"start create {LWS}-0-bbbbb", f"end create {LWS}-0-bbbbb"]
+    assert writer.journal.index("ungate a") < writer.journal.index(f"end event {LWS}-0-bbbbb")
+
+
+def test_a_failing_ungate_leaves_the_others_to_finish_and_then_fails_the_pass() -> None:
+    writer = RecordingWriter()
+    writer.fail = {"ungate b"}
+    plan = planner.Plan(ungate=pods("a", "b", "c"))
+
+    with pytest.raises(kube.ApiError):
+        asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan)))
+
+    assert sorted(line for line in writer.journal if line.startswith("end")) == ["end ungate a", "end ungate c"]
+
+
+def test_cancelling_a_pass_cancels_its_running_writes_and_events() -> None:
+    writer = RecordingWriter()
+
+    async def scenario() -> None:
+        never = asyncio.Event()
+        both_ungating = Together(2)
+
+        class Forever:
+            async def wait(self) -> None:
+                await both_ungating.wait()
+                await never.wait()
+
+        writer.hold = {f"event {LWS}-0-bbbbb": never, "ungate a": Forever(), "ungate b": Forever()}
+        plan = planner.Plan(create=(to_create(0),), ungate=pods("a", "b"))
+        applying = asyncio.create_task(executor.Executor(writer).apply(snapshot(), plan))
+        await both_ungating.all_here.wait()
+        applying.cancel()
+        await asyncio.gather(applying, return_exceptions=True)
+        assert applying.cancelled()
+
+    asyncio.run(fakes.within(scenario()))
+    assert sorted(line for line in writer.journal if line.startswith("cancelled")) == [
+        f"cancelled event {LWS}-0-bbbbb",
+        "cancelled ungate a",
+        "cancelled ungate b",
+    ]
+
+
+def test_writes_of_one_kind_are_bounded() -> None:
+    async def scenario() -> int:
+        running = 0
+        most = 0
+
+        async def write(item: int) -> int:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0)
+            running -= 1
+            return item * 2
+
+        assert await executor.each(range(10), write, at_once=3) == [i * 2 for i in range(10)]
+        return most
+
+    assert asyncio.run(scenario()) == 3
