@@ -43,6 +43,32 @@ COMPONENTS = (
 )
 
 
+#: What the API server audits, for `./dev bench writes`: metadata only, of writes to the objects mnnvl and LWS
+#: write (pods, their status, ComputeDomains, Events), so the log stays small and cheap to write.
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+            "resources": [
+                {"group": "", "resources": ["pods", "pods/status", "events"]},
+                {"group": "events.k8s.io", "resources": ["events"]},
+                {"group": keys.COMPUTE_DOMAIN_GROUP, "resources": [keys.COMPUTE_DOMAIN_PLURAL]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def audit_log(state_dir: pathlib.Path) -> pathlib.Path:
+    """The API server's audit log (JSON lines, one per audited write)."""
+    return state_dir / "logs" / "audit.log"
+
+
 def default_state_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("MNNVL_TESTBED_STATE", building.cache_root() / "state"))
 
@@ -252,6 +278,8 @@ def _start_apiserver(
         hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"),
     )
     service_accounts = certs.ensure_service_account_keys(pki_dir)
+    audit_policy = testbed.state_dir / "audit-policy.yaml"
+    audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
     supervisor.start(
         "kube-apiserver",
         [
@@ -275,6 +303,10 @@ def _start_apiserver(
             "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
+            f"--audit-policy-file={audit_policy}",
+            f"--audit-log-path={audit_log(testbed.state_dir)}",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=1",
             "--v=1",
         ],
     )

@@ -1,0 +1,275 @@
+"""What the testbed scenarios share: the testbed itself, raw watches with arrival times, workloads, tables, plots.
+
+Every scenario measures mnnvl against upstream LWS in the same run on the same machine and reports ratios, so
+a slower or busier machine moves both sides alike. Nothing here asserts a threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import pathlib
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: PNG files only
+import matplotlib.figure
+
+from mnnvl_api import keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import building, cluster, controllers, processes, testing
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
+OUT = pathlib.Path(__file__).parent / "out"
+#: Pods of the benchmarks ask for a node no testbed has: they are created, admitted, gated and ungated like any
+#: other pod, then stay Pending, so the scheduler parks them instead of retrying them against full nodes.
+UNSCHEDULABLE = {"mnnvl-bench/no-such-node": "true"}
+CONTROLLERS = (keys.LWS_CONTROLLER, keys.GUARDIAN_CONTROLLER)
+
+
+def default_state_dir() -> pathlib.Path:
+    """A testbed of the benchmarks' own (unless MNNVL_TESTBED_STATE names one), so measuring never restarts the
+    controllers under a test session that shares the default testbed."""
+    return pathlib.Path(os.environ.get("MNNVL_TESTBED_STATE", building.cache_root() / "bench"))
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, scenario: str) -> None:
+    parser.add_argument("--plot", type=pathlib.Path, default=OUT / f"{scenario}.png", help="where the PNG goes")
+    parser.add_argument("--state-dir", type=pathlib.Path, default=default_state_dir(), help="the testbed to use")
+
+
+def testbed(state_dir: pathlib.Path) -> cluster.Testbed:
+    """The testbed (reused, or started) with mnnvl-lws and mnnvl-guardian freshly (re)started from this source
+    tree, gate enabled, so a run measures the code checked out now."""
+    bed = cluster.up(state_dir, echo=True)
+    for controller in CONTROLLERS:
+        controllers.start(bed, controller, gate=True)
+    return bed
+
+
+def pid_of(bed: cluster.Testbed, component: str) -> int:
+    pid = processes.Supervisor(bed.state_dir).pid(component)
+    if pid is None:
+        raise RuntimeError(f"{component} is not running in {bed.state_dir}")
+    return pid
+
+
+@contextlib.contextmanager
+def namespace(api: kube.Kube, prefix: str) -> Iterator[str]:
+    with testing.namespace(api, prefix) as name:
+        yield name
+
+
+def lws_manifest(name: str, *, replicas: int, size: int = 2, opt_in: bool = True) -> dict[str, Any]:
+    """An LWS whose pods each ask for 4 GPUs (so mnnvl injects the channel claim) and for no existing node."""
+    container = {"name": "vllm", "image": "registry.example/vllm:1", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+    annotations = {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_ENABLED} if opt_in else {}
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "replicas": replicas,
+            "leaderWorkerTemplate": {
+                "size": size,
+                "workerTemplate": {"spec": {"containers": [container], "nodeSelector": dict(UNSCHEDULABLE)}},
+            },
+        },
+    }
+
+
+def create_lws(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> None:
+    api.request("POST", kube.path_of(LWS_API, "leaderworkersets", namespace=ns), body=manifest)
+
+
+def delete_lws(api: kube.Kube, ns: str, name: str) -> None:
+    api.delete(kube.path_of(LWS_API, "leaderworkersets", namespace=ns, name=name))
+
+
+def wait_drained(api: kube.Kube, ns: str, *, timeout: float = 300) -> None:
+    """Until the namespace holds no pods, StatefulSets or ComputeDomains any more."""
+
+    def left() -> dict[str, int]:
+        return {
+            "pods": len(api.list_objects("v1", "pods", namespace=ns)),
+            "statefulsets": len(api.list_objects("apps/v1", "statefulsets", namespace=ns)),
+            "computedomains": len(api.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns)),
+        }
+
+    testing.wait_for(
+        lambda: not any(left().values()), what=f"{ns} to drain", state=lambda: str(left()), timeout=timeout
+    )
+
+
+class Watch:
+    """One raw watch of a collection, in a thread: each event's type and object, stamped on arrival
+    (time.monotonic) before it is decoded, and handed to `on_event` in order."""
+
+    def __init__(
+        self,
+        api: kube.Kube,
+        path: str,
+        on_event: Callable[[float, str, dict[str, Any]], None],
+        *,
+        query: dict[str, str] | None = None,
+    ) -> None:
+        self.api, self.path, self.on_event = api, path, on_event
+        self.query = dict(query or {})
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"watch {path}", daemon=True)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"watch of {self.path} did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        # Closing the socket is what unblocks the thread's read; releasing the connection would wait for it.
+        with contextlib.suppress(Exception):
+            self._response.connection.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(5)
+
+    def _open(self, resource_version: str) -> Any:
+        query = {**self.query, "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "false"}
+        _, url, headers, _, _ = self.api.api.param_serialize(
+            method="GET",
+            resource_path=f"{self.path}?{urllib.parse.urlencode(query)}",
+            header_params={"Accept": kube.JSON},
+            auth_settings=["BearerToken"],
+        )
+        return self.api.api.call_api("GET", url, header_params=headers, _request_timeout=(10, 3600)).response
+
+    def _run(self) -> None:
+        listed = self.api.request("GET", self.path, query={**self.query, "limit": "1"})
+        resource_version = str(listed["metadata"]["resourceVersion"])
+        while not self._stop.is_set():
+            try:
+                self._response = self._open(resource_version)
+                self._ready.set()
+                buffer = b""
+                for chunk in self._response.stream(65536, decode_content=False):
+                    arrived = time.monotonic()
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            self.errors.append(str(event["object"].get("message")))
+                            continue
+                        resource_version = event["object"]["metadata"]["resourceVersion"]
+                        self.on_event(arrived, event["type"], event["object"])
+            except Exception as error:  # a dropped connection is resumed from the last resourceVersion
+                if self._stop.is_set():
+                    return
+                self.errors.append(f"{type(error).__name__}: {error}")
+                time.sleep(0.2)
+
+
+# --- statistics, tables and plots -------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(math.ceil(q / 100 * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else math.nan
+
+
+def cell(value: object) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table (pasted as is into docs/performance.md); the first column left-aligned."""
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(["---", *("---:" for _ in headers[1:])]) + "|",
+    ]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def figure(columns: int = 1, *, width: float = 5.0, height: float = 4.0) -> matplotlib.figure.Figure:
+    figure = matplotlib.figure.Figure(figsize=(width * columns, height), layout="constrained")
+    figure.subplots(1, columns, squeeze=False)
+    return figure
+
+
+def save(figure: matplotlib.figure.Figure, path: pathlib.Path, title: str) -> None:
+    figure.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    print(f"plot: {path}", flush=True)
+
+
+def machine() -> str:
+    cores = os.cpu_count()
+    memory_kib = next(
+        int(line.split()[1]) for line in pathlib.Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in line
+    )
+    return f"{cores} cores, {memory_kib / 2**20:.0f} GiB, {time.strftime('%Y-%m-%d')}"
+
+
+def commit() -> str:
+    """The commit measured (`git log -1 --oneline`), with a mark when the working tree differs from it."""
+    root = pathlib.Path(__file__).parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "log", "-1", "--oneline"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "packages", ":(exclude)packages/mnnvl-testbed"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "(no git)"
+    return head + (" (+ uncommitted product changes)" if dirty else "")
+
+
+def log_errors(bed: cluster.Testbed) -> int:
+    """Error lines the controllers have logged so far (their logs are JSON lines)."""
+    supervisor = processes.Supervisor(bed.state_dir)
+    total = 0
+    for controller in CONTROLLERS:
+        for name in controllers.replica_names(bed, controller):
+            log = supervisor.log(name)
+            if log.exists():
+                total += sum(1 for line in log.read_text(errors="replace").splitlines() if '"level": "error"' in line)
+    return total
+
+
+def header(scenario: str, bed: cluster.Testbed) -> None:
+    print(f"scenario {scenario}; machine: {machine()}; commit: {commit()}; testbed: {bed.state_dir}", flush=True)
