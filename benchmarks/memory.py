@@ -1,0 +1,105 @@
+"""Resident memory of mnnvl's controllers against upstream LWS's manager, idle and with thousands of pods.
+
+RSS (VmRSS from /proc) of mnnvl-lws, mnnvl-guardian and the LWS manager is read once idle (controllers just
+restarted, nothing of the benchmark created) and once with `--workloads` opted-in LeaderWorkerSets of
+`--groups` groups of 2 pods each (default 25 x 100 x 2 = 5,000 pods, Pending: they ask for no existing node)
+after every pod exists ungated and the watches have settled. Ratios are to the LWS manager's RSS at the same
+moment. Run: `./dev bench memory --workloads 25 --groups 100`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+
+import common
+
+from mnnvl_api import keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, testing
+
+COMPONENTS = (f"{keys.LWS_CONTROLLER}-0", f"{keys.GUARDIAN_CONTROLLER}-0", "lws-manager")
+SETTLE_SECONDS = 10.0
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def sample(bed: cluster.Testbed) -> dict[str, float]:
+    return {component: rss_mib(common.pid_of(bed, component)) for component in COMPONENTS}
+
+
+def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
+    for index in range(workloads):
+        common.create_lws(api, ns, common.lws_manifest(f"model-{index}", replicas=groups))
+    expected = workloads * groups * 2
+
+    def settled() -> bool:
+        pods, _ = api.list_all("v1", "pods", label_selector=keys.LWS_NAME_LABEL)
+        mine = [p for p in pods if p["metadata"]["namespace"] == ns]
+        gated = [p for p in mine if keys.SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates") or []}]
+        return len(mine) == expected and not gated
+
+    testing.wait_for(settled, what=f"{expected} pods, none gated", timeout=300 + expected * 0.2, interval=5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench memory", description=__doc__)
+    parser.add_argument("--workloads", type=int, default=25, help="opted-in LeaderWorkerSets")
+    parser.add_argument("--groups", type=int, default=100, help="groups (replicas) per LWS, 2 pods each")
+    common.add_common_arguments(parser, "memory")
+    arguments = parser.parse_args(argv)
+    bed = common.testbed(arguments.state_dir)
+    common.header("memory", bed)
+    api = bed.api()
+    time.sleep(SETTLE_SECONDS)
+    idle = sample(bed)
+    pods = arguments.workloads * arguments.groups * 2
+    with common.namespace(api, "bench-memory") as ns:
+        started = time.monotonic()
+        load(api, ns, arguments.workloads, arguments.groups)
+        print(f"{pods} pods created and ungated in {time.monotonic() - started:.0f} s", flush=True)
+        time.sleep(SETTLE_SECONDS)
+        loaded = sample(bed)
+        for index in range(arguments.workloads):
+            common.delete_lws(api, ns, f"model-{index}")
+        common.wait_drained(api, ns, timeout=300 + pods * 0.2)
+    rows = [
+        [
+            component,
+            idle[component],
+            loaded[component],
+            common.ratio(idle[component], idle["lws-manager"]),
+            common.ratio(loaded[component], loaded["lws-manager"]),
+        ]
+        for component in COMPONENTS
+    ]
+    print(f"{arguments.workloads} LWS x {arguments.groups} groups x 2 pods = {pods} pods")
+    print(
+        common.table(
+            ["process", "idle RSS MiB", f"{pods:,} pods RSS MiB", "idle vs lws-manager", "loaded vs lws-manager"], rows
+        )
+    )
+    plot(idle, loaded, pods, arguments.plot)
+
+
+def plot(idle: dict[str, float], loaded: dict[str, float], pods: int, path: pathlib.Path) -> None:
+    figure = common.figure(width=7)
+    axes = figure.axes[0]
+    positions = range(len(COMPONENTS))
+    axes.bar([p - 0.2 for p in positions], [idle[c] for c in COMPONENTS], width=0.4, label="idle")
+    axes.bar([p + 0.2 for p in positions], [loaded[c] for c in COMPONENTS], width=0.4, label=f"{pods:,} pods")
+    axes.set_xticks(list(positions), list(COMPONENTS))
+    axes.set_ylabel("RSS, MiB")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend()
+    common.save(figure, path, "Resident memory: mnnvl's controllers vs the LWS manager")
+
+
+if __name__ == "__main__":
+    main()
