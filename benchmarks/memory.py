@@ -40,7 +40,12 @@ def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
     expected = workloads * groups * 2
 
     def settled() -> bool:
-        pods, _ = api.list_all("v1", "pods", label_selector=keys.LWS_NAME_LABEL)
+        try:
+            pods, _ = api.list_all("v1", "pods", label_selector=keys.LWS_NAME_LABEL)
+        except kube.ApiError as error:
+            if error.status != 504:  # the watch cache lags behind a burst of 5,000 pods: look again later
+                raise
+            return False
         mine = [p for p in pods if p["metadata"]["namespace"] == ns]
         gated = [p for p in mine if keys.SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates") or []}]
         return len(mine) == expected and not gated

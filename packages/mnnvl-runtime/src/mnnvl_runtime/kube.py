@@ -175,23 +175,16 @@ class Kube:
                 return None
             raise
 
-    def list_all(
-        self, api_version: str, plural: str, *, label_selector: str | None = None, page_size: int = 500
-    ) -> tuple[list[Object], str]:
-        """Every object of a collection (all namespaces), page by page, and the resourceVersion of the snapshot
-        all pages come from."""
-        path = path_of(api_version, plural)
-        items: list[Object] = []
-        query = {"limit": str(page_size)}
-        if label_selector:
-            query["labelSelector"] = label_selector
-        while True:
-            page = self.request("GET", path, query=query)
-            items += page.get("items") or []
-            meta = page.get("metadata") or {}
-            if not meta.get("continue"):
-                return items, str(meta.get("resourceVersion", ""))
-            query["continue"] = meta["continue"]
+    def list_all(self, api_version: str, plural: str, *, label_selector: str | None = None) -> tuple[list[Object], str]:
+        """Every object of a collection (all namespaces) and the resourceVersion of that snapshot.
+
+        One request, not pages: continuation pages are served at the first page's resourceVersion, which a
+        busy API server's watch cache may not have reached yet (504 "Too large resource version").
+        """
+        listed = self.request(
+            "GET", path_of(api_version, plural), query={"labelSelector": label_selector} if label_selector else None
+        )
+        return listed.get("items") or [], str((listed.get("metadata") or {}).get("resourceVersion", ""))
 
     def list_objects(
         self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
