@@ -8,6 +8,7 @@ writer do less, never something unsafe. The decisions themselves are pure (`mnnv
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 Result = TypeVar("Result")
 #: Statuses a retry cannot fix: the request itself, or our permissions, are wrong.
 PERMANENT_STATUSES = frozenset({400, 401, 403, 405, 415, 422})
+#: How many fresh pod lists (in-use checks before a deletion or release) one writer keeps in flight.
+FRESH_POD_LISTS_AT_ONCE = 2
 #: Decides whether a freshly read domain is one this writer may act on (identity, not labels alone).
 Belongs = Callable[[domains.DomainFacts], bool]
 
@@ -90,6 +93,9 @@ class DomainWriter:
         self.fence_seconds = fence_seconds
         self._warned: set[tuple[str, str]] = set()  # (workload uid, message): warn once, not every pass
         self._condemned_seen: dict[str, float] = {}  # domain uid → monotonic time this process first saw the mark
+        # Each in-use check lists the namespace's pods afresh; a mass deletion must not hold hundreds of such
+        # lists in memory at once (measured: 1 GiB RSS deleting 2,500 domains among 5,000 pods).
+        self._pod_lists = asyncio.Semaphore(FRESH_POD_LISTS_AT_ONCE)
 
     # --- events -------------------------------------------------------------------------------------------
 
@@ -181,8 +187,9 @@ class DomainWriter:
         return None if found is None else (found, domains.facts_of(found))
 
     async def _users(self, domain: domains.DomainFacts) -> list[str]:
-        pods = await self.client.alist_objects("v1", "pods", namespace=domain.namespace)
-        return references.users_of(pods, domain=domain.name, claim_template=domain.claim_template)
+        async with self._pod_lists:
+            pods = await self.client.alist_objects("v1", "pods", namespace=domain.namespace)
+            return references.users_of(pods, domain=domain.name, claim_template=domain.claim_template)
 
     async def fenced_delete(
         self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None
