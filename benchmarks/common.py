@@ -225,6 +225,13 @@ def figure(columns: int = 1, *, width: float = 5.0, height: float = 4.0) -> matp
     return figure
 
 
+def cumulative(axes: Any, seconds: Sequence[float], label: str, **style: Any) -> None:
+    """A step plot of the fraction of samples at or below each value, in milliseconds."""
+    ordered = sorted(v * 1e3 for v in seconds)
+    fractions = [0.0, *((i + 1) / len(ordered) for i in range(len(ordered)))]
+    axes.step([0.0, *ordered], fractions, where="post", label=label, **style)
+
+
 def save(figure: matplotlib.figure.Figure, path: pathlib.Path, title: str) -> None:
     figure.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -141,9 +141,7 @@ def plot(measured: list[tuple[int, list[float], list[float]]], path: Any) -> Non
     figure = common.figure(len(measured))
     for axes, (groups, mnnvl, upstream) in zip(figure.axes, measured, strict=True):
         for label, values in (("mnnvl: gate removed", mnnvl), ("upstream LWS: worker StatefulSet", upstream)):
-            ordered = sorted(v * 1e3 for v in values)
-            fractions = [0.0, *((i + 1) / len(ordered) for i in range(len(ordered)))]
-            axes.step([0.0, *ordered], fractions, where="post", marker=".", label=label)
+            common.cumulative(axes, values, label, marker=".")
         axes.set_title(f"burst of {groups} groups")
         axes.set_xlabel("ms after the leader pod is first seen")
         axes.set_ylabel("fraction of groups")

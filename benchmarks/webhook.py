@@ -122,9 +122,7 @@ def plot(scoped: list[float], plain: list[float], path: pathlib.Path) -> None:
     figure = common.figure(width=7)
     axes = figure.axes[0]
     for label, values in (("scoped: through mnnvl's pod webhook", scoped), ("plain: not sent to mnnvl", plain)):
-        ordered = sorted(v * 1e3 for v in values)
-        fractions = [0.0, *((i + 1) / len(ordered) for i in range(len(ordered)))]
-        axes.step([0.0, *ordered], fractions, where="post", label=label)
+        common.cumulative(axes, values, label)
     if scoped or plain:
         axes.set_xscale("log")
     axes.set_xlabel("pod create, ms (client side)")
