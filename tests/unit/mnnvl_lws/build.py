@@ -78,7 +78,7 @@ def leader(
         group=group,
         is_leader=True,
         domain=domain,
-        gated=gated,
+        gate_at=0 if gated else None,
         terminal=terminal,
         deleting=deleting,
     )
@@ -91,7 +91,7 @@ def worker(group: int, index: int, domain: str | None, *, gated: bool = False) -
         group=group,
         is_leader=False,
         domain=domain,
-        gated=gated,
+        gate_at=0 if gated else None,
         terminal=False,
         deleting=False,
     )

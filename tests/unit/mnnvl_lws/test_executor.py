@@ -85,7 +85,9 @@ class RecordingWriter(domains.DomainWriter):
         await self._write(f"create {manifest['metadata']['name']}")
         return True
 
-    async def ungate(self, namespace: str, pod: str, *, uid: str, workload: kube.Object | None) -> None:
+    async def ungate(
+        self, namespace: str, pod: str, *, uid: str, gate_at: int | None = None, workload: kube.Object | None
+    ) -> None:
         await self._write(f"ungate {pod}")
 
     async def event(self, workload: kube.Object | None, reason: str, message: str) -> None:
@@ -117,7 +119,9 @@ def test_the_event_of_a_create_does_not_hold_up_the_ungates_and_is_posted_within
         async def wait(self) -> None:
             await ungated.wait()
 
-    async def ungate_then_release(namespace: str, pod: str, *, uid: str, workload: kube.Object | None) -> None:
+    async def ungate_then_release(
+        namespace: str, pod: str, *, uid: str, gate_at: int | None = None, workload: kube.Object | None
+    ) -> None:
         writer.journal.append(f"ungate {pod}")
         ungated.set()
 

@@ -44,8 +44,8 @@ def test_pods_stay_gated_until_the_claim_template_exists() -> None:
     ready = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
     assert ready == planner.Plan(
         ungate=(
-            planner.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0"),
-            planner.PodRef(name="deepseek-r1-0-1", uid="uid-deepseek-r1-0-1"),
+            planner.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0", gate_at=0),
+            planner.PodRef(name="deepseek-r1-0-1", uid="uid-deepseek-r1-0-1", gate_at=0),
         )
     )
 
@@ -78,7 +78,7 @@ def test_an_obsolete_domain_still_referenced_by_a_pod_is_kept() -> None:
 
 def test_a_domain_recorded_by_a_terminating_leader_is_not_obsolete() -> None:
     leaving = planner.PodFacts(
-        name="deepseek-r1-0", group=0, is_leader=True, domain=D0, gated=False, terminal=False, deleting=True
+        name="deepseek-r1-0", group=0, is_leader=True, domain=D0, gate_at=None, terminal=False, deleting=True
     )
     assert planner.plan(build.snapshot(pods_=(leaving,), domains_=(build.domain(D0),))).delete == ()
 
@@ -152,7 +152,7 @@ def test_terminal_or_terminating_pods_are_never_ungated() -> None:
     waiting = build.worker(0, 3, D0, gated=True)
     pods = (build.leader(0, D0), finished, leaving, waiting)
     plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
-    assert plan.ungate == (planner.PodRef(name="deepseek-r1-0-3", uid="uid-deepseek-r1-0-3"),)
+    assert plan.ungate == (planner.PodRef(name="deepseek-r1-0-3", uid="uid-deepseek-r1-0-3", gate_at=0),)
 
 
 def test_a_worker_is_ungated_only_onto_its_live_leaders_domain() -> None:

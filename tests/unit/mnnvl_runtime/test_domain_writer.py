@@ -127,3 +127,64 @@ def test_the_guardian_adds_its_finalizer_only_to_the_version_it_read() -> None:
     found = api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
     assert found is not None
     assert found["metadata"]["finalizers"] == ["other/one", keys.PROTECTION_FINALIZER]
+
+
+def gated_pod(api: MemoryApi, gates: list[str]) -> Any:
+    pod = {
+        "metadata": {"name": "leader", "namespace": NS, "creationTimestamp": "2026-11-30T00:00:00Z"},
+        "spec": {"containers": [], "schedulingGates": [{"name": gate} for gate in gates]},
+        "status": {"phase": "Pending"},
+    }
+    return api.put("pods", pod, manager="lws")
+
+
+def gates_of(api: MemoryApi) -> list[str]:
+    found = api.get("pods", NS, "leader")
+    assert found is not None
+    return [gate["name"] for gate in found["spec"].get("schedulingGates") or []]
+
+
+class ReadCounting:
+    """Counts the read-then-patch fallbacks a writer takes."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def amodify(self, path: str, change: Any) -> Any:
+        self.reads += 1
+        return await self.client.amodify(path, change)
+
+
+def counting_writer(api: MemoryApi) -> tuple[writing.DomainWriter, ReadCounting]:
+    client = ReadCounting(api.client(keys.LWS_CONTROLLER))
+    return writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0), client  # type: ignore[arg-type]
+
+
+def test_a_gate_where_the_watch_saw_it_goes_in_one_patch_without_a_read() -> None:
+    api = MemoryApi()
+    uid = gated_pod(api, ["other/gate", keys.SCHEDULING_GATE])["metadata"]["uid"]
+    domain_writer, client = counting_writer(api)
+    asyncio.run(domain_writer.ungate(NS, "leader", uid=uid, gate_at=1, workload=WORKLOAD))
+    assert gates_of(api) == ["other/gate"]
+    assert client.reads == 0
+
+
+def test_a_gate_that_moved_since_the_watch_saw_it_is_removed_after_a_fresh_read() -> None:
+    api = MemoryApi()
+    uid = gated_pod(api, ["other/gate", keys.SCHEDULING_GATE])["metadata"]["uid"]
+    domain_writer, client = counting_writer(api)
+    asyncio.run(domain_writer.ungate(NS, "leader", uid=uid, gate_at=0, workload=WORKLOAD))  # stale position
+    assert gates_of(api) == ["other/gate"]
+    assert client.reads == 1
+
+
+def test_a_new_incarnation_of_the_pod_name_is_never_ungated_for_the_old_one() -> None:
+    api = MemoryApi()
+    gated_pod(api, [keys.SCHEDULING_GATE])
+    domain_writer, _ = counting_writer(api)
+    asyncio.run(domain_writer.ungate(NS, "leader", uid="uid-of-the-deleted-incarnation", gate_at=0, workload=WORKLOAD))
+    assert gates_of(api) == [keys.SCHEDULING_GATE]

@@ -74,7 +74,12 @@ class Executor:
                     announce(
                         events.COMPUTE_DOMAIN_CREATED_REASON, f"Created ComputeDomain {domain.name} for group {group}"
                     )
-            await each(plan.ungate, lambda pod: self.writer.ungate(namespace, pod.name, uid=pod.uid, workload=workload))
+            await each(
+                plan.ungate,
+                lambda pod: self.writer.ungate(
+                    namespace, pod.name, uid=pod.uid, gate_at=pod.gate_at, workload=workload
+                ),
+            )
             await each(
                 plan.uncondemn, lambda name: self.writer.uncondemn(namespace, name, belongs=ours, workload=workload)
             )

@@ -37,18 +37,25 @@ class PodFacts:
     group: int
     is_leader: bool
     domain: str | None
-    gated: bool
+    #: Where the ComputeDomain scheduling gate sits in `spec.schedulingGates` (None: not gated by us).
+    gate_at: int | None
     terminal: bool
     deleting: bool
     uid: str = ""
     #: The pod has containers that should hold the channel claim but holds none (admitted without our webhook).
     missing_claim: bool = False
 
+    @property
+    def gated(self) -> bool:
+        return self.gate_at is not None
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PodRef:
     name: str
     uid: str
+    #: Where its gate was seen (lets the gate go in one patch; None: read the pod first).
+    gate_at: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -159,7 +166,7 @@ def plan(snapshot: Snapshot) -> Plan:
         }
     leader_domains = {p.group: p.domain for p in valid_leaders if not p.deleting}
     ungate = tuple(
-        PodRef(name=p.name, uid=p.uid)
+        PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
         for p in snapshot.pods
         if p.gated
         and not p.terminal

@@ -190,7 +190,7 @@ def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planne
         group=position.group,
         is_leader=position.is_leader,
         domain=references.recorded_domain(pod),
-        gated=injection.is_gated(spec),
+        gate_at=injection.gate_index(spec),
         terminal=not references.is_non_terminal(pod),
         deleting=bool(meta.get("deletionTimestamp")),
         missing_claim=bool(targets) and not holds_channel,

@@ -161,18 +161,37 @@ class DomainWriter:
             log.info("compute domain created", extra={"namespace": meta["namespace"], "compute_domain": meta["name"]})
         return created
 
-    async def ungate(self, namespace: str, pod: str, *, uid: str, workload: kube.Object | None) -> None:
-        """Remove the scheduling gate of this pod incarnation, if it is still non-terminal and not being deleted."""
+    async def ungate(
+        self, namespace: str, pod: str, *, uid: str, gate_at: int | None = None, workload: kube.Object | None
+    ) -> None:
+        """Remove the scheduling gate of this pod incarnation, if it is still non-terminal and not being deleted.
+
+        `gate_at` is where the watch last saw the gate: then one patch, tested on the uid and on the gate at that
+        place, removes it without a read (a watch round trip saved per pod); if the pod moved on since, the test
+        fails and the pod is read afresh. The claims a pod holds cannot change, so its uid vouches for them."""
         path = kube.path_of("v1", "pods", namespace=namespace, name=pod)
+        uid_test = {"op": "test", "path": "/metadata/uid", "value": uid}
 
         def change(current: kube.Object) -> kube.JsonPatch | None:
             meta = current["metadata"]
             if meta.get("uid") != uid or meta.get("deletionTimestamp") or not references.is_non_terminal(current):
                 return None
             removal = injection.scheduling_gate_removal(current.get("spec") or {})
-            return [{"op": "test", "path": "/metadata/uid", "value": uid}, *removal] if removal else None
+            return [uid_test, *removal] if removal else None
 
-        updated = await self.guarded("ungate", f"pod {pod}", workload, lambda: self.client.amodify(path, change))
+        async def remove_gate() -> kube.Object | None:
+            if gate_at is not None:
+                try:
+                    patch = [uid_test, *injection.gate_removal_at(gate_at)]
+                    return await self.client.apatch(path, patch, content_type=kube.JSON_PATCH)
+                except kube.ApiError as error:
+                    if error.status == 404:
+                        return None
+                    if error.status not in (409, 422):  # 422: a test failed, the watched pod is out of date
+                        raise
+            return await self.client.amodify(path, change)
+
+        updated = await self.guarded("ungate", f"pod {pod}", workload, remove_gate)
         if updated is None:
             return
         created = datetime.datetime.fromisoformat(updated["metadata"]["creationTimestamp"].replace("Z", "+00:00"))

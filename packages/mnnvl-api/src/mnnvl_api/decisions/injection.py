@@ -176,17 +176,28 @@ def scheduling_gate_patch(pod_spec: Mapping[str, Any]) -> JsonPatch:
     return _append(gates, "/spec/schedulingGates", {"name": keys.SCHEDULING_GATE})
 
 
-def scheduling_gate_removal(pod_spec: Mapping[str, Any]) -> JsonPatch:
-    """JSON patch that removes the ComputeDomain gate; its `test` makes it fail if the gates moved meanwhile."""
+def gate_index(pod_spec: Mapping[str, Any]) -> int | None:
+    """Where the ComputeDomain gate sits in `spec.schedulingGates` (None: the pod is not gated by us)."""
     for index, gate in enumerate(pod_spec.get("schedulingGates") or ()):
         if gate.get("name") == keys.SCHEDULING_GATE:
-            pointer = f"/spec/schedulingGates/{index}"
-            return [{"op": "test", "path": pointer, "value": gate}, {"op": "remove", "path": pointer}]
-    return []
+            return index
+    return None
+
+
+def gate_removal_at(index: int) -> JsonPatch:
+    """JSON patch that removes the ComputeDomain gate at `index`; its `test` fails if the gates moved meanwhile."""
+    pointer = f"/spec/schedulingGates/{index}"
+    return [{"op": "test", "path": pointer, "value": {"name": keys.SCHEDULING_GATE}}, {"op": "remove", "path": pointer}]
+
+
+def scheduling_gate_removal(pod_spec: Mapping[str, Any]) -> JsonPatch:
+    """JSON patch that removes the ComputeDomain gate from a pod with this spec (empty: not gated)."""
+    index = gate_index(pod_spec)
+    return [] if index is None else gate_removal_at(index)
 
 
 def is_gated(pod_spec: Mapping[str, Any]) -> bool:
-    return any(gate.get("name") == keys.SCHEDULING_GATE for gate in pod_spec.get("schedulingGates") or ())
+    return gate_index(pod_spec) is not None
 
 
 def _indexed(pod_spec: Mapping[str, Any]) -> list[tuple[Target, Mapping[str, Any]]]:
