@@ -41,7 +41,7 @@ def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
 
     def settled() -> bool:
         try:
-            pods, _ = api.list_all("v1", "pods", label_selector=keys.LWS_NAME_LABEL)
+            pods = api.list_objects("v1", "pods", namespace=ns, labelSelector=keys.LWS_NAME_LABEL)
         except kube.ApiError as error:
             if error.status != 504:  # the watch cache lags behind a burst of 5,000 pods: look again later
                 raise

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mnnvl_runtime import stores
+from mnnvl_runtime import kube, stores
 
 RESOURCE = stores.Resource(api_version="v1", plural="pods")
 
@@ -36,13 +36,20 @@ def mirror() -> tuple[stores.Mirror[str], Recorder]:
     return stores.Mirror(RESOURCE, recorder.apply), recorder
 
 
+def take_list(watched: stores.Mirror[str], items: list[dict[str, Any]], version: str) -> tuple[list[str], int]:
+    """The list begun with `begin_list` arrives in one page."""
+    touched = watched.take_page(items)
+    dropped, ghosts = watched.finish_list(version)
+    return touched + dropped, ghosts
+
+
 def test_an_object_deleted_while_the_watch_was_away_is_dropped_by_the_next_list() -> None:
     """After a 410 and a re-list no DELETED event comes for what went in the gap: the list shows it is gone."""
     watched, recorder = mirror()
     watched.observe(body("a", 5), deleted=False)
     watched.observe(body("b", 6), deleted=False)
     watched.begin_list()
-    touched, ghosts = watched.finish_list([body("b", 6)], "9")
+    touched, ghosts = take_list(watched, [body("b", 6)], "9")
     assert recorder.held == {"b": 6}
     assert (touched, ghosts) == (["a"], 1)
 
@@ -51,7 +58,7 @@ def test_an_object_seen_after_the_list_was_taken_is_kept() -> None:
     watched, recorder = mirror()
     watched.begin_list()
     watched.observe(body("new", 12), deleted=False)  # created after the list's snapshot at 10
-    watched.finish_list([], "10")
+    take_list(watched, [], "10")
     assert recorder.held == {"new": 12}
 
 
@@ -60,7 +67,7 @@ def test_a_deletion_seen_while_the_list_was_in_flight_is_not_undone_by_it() -> N
     watched.observe(body("a", 5), deleted=False)
     watched.begin_list()
     watched.observe(body("a", 7), deleted=True)
-    watched.finish_list([body("a", 5)], "6")
+    take_list(watched, [body("a", 5)], "6")
     assert recorder.held == {}
 
 
@@ -68,17 +75,41 @@ def test_the_newer_of_an_event_and_a_list_wins() -> None:
     watched, recorder = mirror()
     watched.observe(body("a", 8), deleted=False)
     watched.begin_list()
-    watched.finish_list([body("a", 7), body("b", 3)], "8")
+    take_list(watched, [body("a", 7), body("b", 3)], "8")
     assert recorder.held == {"a": 8, "b": 3}
     watched.begin_list()
-    watched.finish_list([body("a", 9), body("b", 3)], "9")
+    take_list(watched, [body("a", 9), body("b", 3)], "9")
     assert recorder.held == {"a": 9, "b": 3}
+
+
+def test_a_list_in_pages_drops_only_what_no_page_had_and_keeps_deletions_seen_between_pages() -> None:
+    watched, recorder = mirror()
+    for uid in "abcd":
+        watched.observe(body(uid, 5), deleted=False)
+    watched.begin_list()
+    watched.take_page([body("a", 5), body("b", 5)])
+    watched.observe(body("c", 7), deleted=True)  # deleted after the list's snapshot, before its page came
+    watched.take_page([body("c", 5)])
+    assert watched.finish_list("6") == (["d"], 1)
+    assert recorder.held == {"a": 5, "b": 5}
+
+
+def test_a_list_that_failed_midway_drops_nothing() -> None:
+    watched, recorder = mirror()
+    watched.observe(body("a", 5), deleted=False)
+    watched.observe(body("b", 5), deleted=False)
+    watched.begin_list()
+    watched.take_page([body("a", 5)])
+    watched.finish_list_aborted()
+    watched.begin_list()
+    assert take_list(watched, [body("a", 5), body("b", 5)], "6") == ([], 0)
+    assert recorder.held == {"a": 5, "b": 5}
 
 
 def test_an_event_older_than_what_a_list_gave_is_ignored() -> None:
     watched, recorder = mirror()
     watched.begin_list()
-    watched.finish_list([body("a", 9)], "9")
+    take_list(watched, [body("a", 9)], "9")
     assert watched.observe(body("a", 8), deleted=False) == []
     assert recorder.held == {"a": 9}
 
@@ -90,11 +121,11 @@ class Lists:
         self.answers = answers
         self.gates: dict[str, asyncio.Event] = {plural: asyncio.Event() for plural in answers}
 
-    async def alist_all(
-        self, api_version: str, plural: str, *, label_selector: str | None = None
-    ) -> tuple[list[dict[str, Any]], str]:
+    async def alist_page(
+        self, api_version: str, plural: str, *, label_selector: str | None = None, **_: str | None
+    ) -> kube.Page:
         await self.gates[plural].wait()
-        return self.answers[plural], "100"
+        return kube.Page(items=self.answers[plural], resource_version="100")
 
 
 def test_the_barrier_opens_only_once_every_store_holds_a_complete_list() -> None:

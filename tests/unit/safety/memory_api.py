@@ -21,6 +21,9 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import references
 from mnnvl_runtime import kube
 
+#: Objects per page of a list: small, so in-use checks and re-lists cross page boundaries.
+PAGE_SIZE = 2
+
 Object = dict[str, Any]
 CD = keys.COMPUTE_DOMAIN_PLURAL
 
@@ -139,6 +142,7 @@ class MemoryClient:
     def __init__(self, api: MemoryApi, field_manager: str) -> None:
         self.api = api
         self.field_manager = field_manager
+        self.snapshots: list[list[Object]] = []  # the lists in flight, by continue token
 
     async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
         return {}  # Events: nothing to keep
@@ -146,10 +150,27 @@ class MemoryClient:
     async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
         return self.api.get(plural, namespace or "", name)
 
-    async def alist_objects(
-        self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
-    ) -> list[Object]:
-        return [b for b in self.api.all(plural) if b["metadata"].get("namespace") == namespace]
+    async def alist_page(
+        self,
+        api_version: str,
+        plural: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        after: str | None = None,
+    ) -> kube.Page:
+        """Pages of PAGE_SIZE objects, all from the snapshot the first page took (as the API server's are)."""
+        if after is None:
+            after = str(len(self.snapshots))
+            listed = self.api.all(plural)
+            self.snapshots.append(
+                [b for b in listed if namespace is None or b["metadata"].get("namespace") == namespace]
+            )
+        index, _, start = after.partition(":")
+        offset = int(start or 0)
+        items = self.snapshots[int(index)][offset : offset + PAGE_SIZE]
+        more = offset + PAGE_SIZE < len(self.snapshots[int(index)])
+        return kube.Page(items=items, resource_version="", next=f"{index}:{offset + PAGE_SIZE}" if more else None)
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
         return self.api.put(plural, copy.deepcopy(manifest), manager=self.field_manager)

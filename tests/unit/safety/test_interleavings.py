@@ -31,6 +31,7 @@ from mnnvl_api.decisions import references
 from mnnvl_lws import admission, executor, planner, state
 from mnnvl_runtime import domains
 
+from . import memory_api
 from .memory_api import MemoryApi
 
 NS = "serving"
@@ -241,7 +242,10 @@ class ReplicaScope(RuleBasedStateMachine):
             (self.stores.template_mirror, "resourceclaimtemplates"),
         ):
             mirror.begin_list()
-            mirror.finish_list(self.api.all(plural), version)
+            listed = self.api.all(plural)
+            for start in range(0, len(listed), memory_api.PAGE_SIZE):
+                mirror.take_page(listed[start : start + memory_api.PAGE_SIZE])
+            mirror.finish_list(version)
         self.synced = True
 
     @rule()

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 Result = TypeVar("Result")
 #: Statuses a retry cannot fix: the request itself, or our permissions, are wrong.
 PERMANENT_STATUSES = frozenset({400, 401, 403, 405, 415, 422})
-#: How many fresh pod lists (in-use checks before a deletion or release) one writer keeps in flight.
-FRESH_POD_LISTS_AT_ONCE = 2
+#: How many fresh pod lists (in-use checks before a deletion or release) one writer keeps in flight; each
+#: holds one page at a time.
+FRESH_POD_LISTS_AT_ONCE = 8
 #: Decides whether a freshly read domain is one this writer may act on (identity, not labels alone).
 Belongs = Callable[[domains.DomainFacts], bool]
 
@@ -206,9 +207,11 @@ class DomainWriter:
         return None if found is None else (found, domains.facts_of(found))
 
     async def _users(self, domain: domains.DomainFacts) -> list[str]:
+        users: list[str] = []
         async with self._pod_lists:
-            pods = await self.client.alist_objects("v1", "pods", namespace=domain.namespace)
-            return references.users_of(pods, domain=domain.name, claim_template=domain.claim_template)
+            async for page in kube.pages(self.client, "v1", "pods", namespace=domain.namespace):
+                users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)
+        return users
 
     async def fenced_delete(
         self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import functools
 import json
 import logging
 import pathlib
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, ParamSpec, Protocol, TypeVar
 
 import tenacity
@@ -35,6 +36,8 @@ RETRIED_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 #: API requests one controller process may have in flight at once: threads of a `Kube`'s pool, and HTTP
 #: connections kept per host.
 MAX_CONCURRENT_REQUESTS: Final = 64
+#: Objects per page of a list: a list of thousands of pods is never held (raw and parsed) in memory whole.
+LIST_PAGE_SIZE: Final = 500
 
 Object = dict[str, Any]
 JsonPatch = list[dict[str, Any]]
@@ -77,6 +80,16 @@ def load_api_client(
     return client.ApiClient(configuration)
 
 
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """One page of a list. Every page of one list is at the first page's resourceVersion (one snapshot)."""
+
+    items: list[Object]
+    resource_version: str
+    #: The continue token of the next page; None on the last page.
+    next: str | None = None
+
+
 class Api(Protocol):
     """The asynchronous calls the domain writer and the pod webhooks make: `Kube`, or an in-memory stand-in in
     the tests that replay interleavings of admission and reconciliation."""
@@ -87,9 +100,15 @@ class Api(Protocol):
         self, api_version: str, plural: str, name: str, *, namespace: str | None = None
     ) -> Object | None: ...
 
-    async def alist_objects(
-        self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
-    ) -> list[Object]: ...
+    async def alist_page(
+        self,
+        api_version: str,
+        plural: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        after: str | None = None,
+    ) -> Page: ...
 
     async def acreate(self, manifest: Object, plural: str) -> Object: ...
 
@@ -175,16 +194,30 @@ class Kube:
                 return None
             raise
 
-    def list_all(self, api_version: str, plural: str, *, label_selector: str | None = None) -> tuple[list[Object], str]:
-        """Every object of a collection (all namespaces) and the resourceVersion of that snapshot.
-
-        One request, not pages: continuation pages are served at the first page's resourceVersion, which a
-        busy API server's watch cache may not have reached yet (504 "Too large resource version").
-        """
-        listed = self.request(
-            "GET", path_of(api_version, plural), query={"labelSelector": label_selector} if label_selector else None
+    def list_page(
+        self,
+        api_version: str,
+        plural: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        after: str | None = None,
+    ) -> Page:
+        """One page of a collection (all namespaces when `namespace` is None); `after`: the previous page's
+        continue token. A continuation is served at the first page's resourceVersion, which a watch cache
+        lagging behind a burst may not have reached yet (504): the retries wait for it."""
+        query = {"limit": str(LIST_PAGE_SIZE)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if after:
+            query["continue"] = after
+        listed = self.request("GET", path_of(api_version, plural, namespace=namespace), query=query)
+        meta = listed.get("metadata") or {}
+        return Page(
+            items=listed.get("items") or [],
+            resource_version=str(meta.get("resourceVersion", "")),
+            next=meta.get("continue") or None,
         )
-        return listed.get("items") or [], str((listed.get("metadata") or {}).get("resourceVersion", ""))
 
     def list_objects(
         self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
@@ -264,15 +297,18 @@ class Kube:
     async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
         return await self._off_loop(self.get, api_version, plural, name, namespace=namespace)
 
-    async def alist_objects(
-        self, api_version: str, plural: str, *, namespace: str | None = None, **query: str
-    ) -> list[Object]:
-        return await self._off_loop(self.list_objects, api_version, plural, namespace=namespace, **query)
-
-    async def alist_all(
-        self, api_version: str, plural: str, *, label_selector: str | None = None
-    ) -> tuple[list[Object], str]:
-        return await self._off_loop(self.list_all, api_version, plural, label_selector=label_selector)
+    async def alist_page(
+        self,
+        api_version: str,
+        plural: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        after: str | None = None,
+    ) -> Page:
+        return await self._off_loop(
+            self.list_page, api_version, plural, namespace=namespace, label_selector=label_selector, after=after
+        )
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
         return await self._off_loop(self.create, manifest, plural)
@@ -288,6 +324,22 @@ class Kube:
 
     async def amodify(self, path: str, change: Callable[[Object], JsonPatch | None]) -> Object | None:
         return await self._off_loop(self.modify, path, change)
+
+
+async def pages(
+    api: Api, api_version: str, plural: str, *, namespace: str | None = None, label_selector: str | None = None
+) -> AsyncIterator[Page]:
+    """The pages of one consistent list, one at a time. A continuation that fails (after the client's
+    retries) ends the list with that error: the caller starts over."""
+    after: str | None = None
+    while True:
+        page = await api.alist_page(
+            api_version, plural, namespace=namespace, label_selector=label_selector, after=after
+        )
+        yield page
+        if page.next is None:
+            return
+        after = page.next
 
 
 def is_condition_true(obj: Object, condition: str) -> bool:

@@ -73,6 +73,7 @@ class Mirror(Generic[Key]):
         self._apply = apply
         self._versions: dict[str, int | None] = {}  # uid → resourceVersion last applied
         self._deleted_during_list: set[str] | None = None
+        self._listed: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._versions)
@@ -92,26 +93,34 @@ class Mirror(Generic[Key]):
         return list(self._apply(uid, body))
 
     def begin_list(self) -> None:
-        """Call right before the list request is sent: deletions seen from now on must not be undone by it."""
+        """Call right before the first page is asked for: deletions seen from now on must not be undone by it."""
         self._deleted_during_list = set()
+        self._listed = set()
 
     def finish_list_aborted(self) -> None:
         self._deleted_during_list = None
+        self._listed = set()
 
-    def finish_list(self, items: Sequence[Mapping[str, Any]], list_version: str) -> tuple[list[Key], int]:
-        """Reconcile with a complete list taken at `list_version`; returns the touched keys and the ghosts."""
+    def take_page(self, items: Sequence[Mapping[str, Any]]) -> list[Key]:
+        """Apply one page of the list in flight; returns the touched keys."""
         deleted = self._deleted_during_list or set()
-        self._deleted_during_list = None
         touched: list[Key] = []
-        listed: set[str] = set()
         for body in items:
             uid = str(body["metadata"]["uid"])
-            listed.add(uid)
+            self._listed.add(uid)
             version = _version(body)
             if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):
                 continue
             self._versions[uid] = version
             touched += self._apply(uid, body)
+        return touched
+
+    def finish_list(self, list_version: str) -> tuple[list[Key], int]:
+        """The list taken at `list_version` is complete (every page taken): drop what it no longer has.
+        Returns the keys the dropped objects touched, and how many were dropped."""
+        listed, self._listed = self._listed, set()
+        self._deleted_during_list = None
+        touched: list[Key] = []
         at = int(list_version) if list_version.isdigit() else None
         ghosts = [
             uid
@@ -129,7 +138,7 @@ class StoreSync(Generic[Key]):
 
     def __init__(
         self,
-        client: kube.Kube,
+        client: kube.Api,
         mirrors: Sequence[Mirror[Key]],
         *,
         every: float,
@@ -155,16 +164,23 @@ class StoreSync(Generic[Key]):
         resource = mirror.resource
         name = f"{resource.plural}.{resource.api_version}"
         mirror.begin_list()
+        touched: list[Key] = []
+        version = ""
         try:
-            items, version = await self.client.alist_all(
-                resource.api_version, resource.plural, label_selector=resource.label_selector
-            )
+            async for page in kube.pages(
+                self.client, resource.api_version, resource.plural, label_selector=resource.label_selector
+            ):
+                touched += mirror.take_page(page.items)
+                version = page.resource_version
         except (kube.ApiError, OSError) as error:
             mirror.finish_list_aborted()
             RESYNC_ERRORS.labels(resource=name).inc()
             log.warning("watch store resync failed", extra={"resource": name, "error": str(error)})
+            if touched:
+                self.touched(touched)
             return False
-        touched, ghosts = mirror.finish_list(items, version)
+        dropped, ghosts = mirror.finish_list(version)
+        touched += dropped
         if ghosts:
             GHOSTS_DROPPED.labels(resource=name).inc(ghosts)
             log.info("watch store ghosts dropped", extra={"resource": name, "count": ghosts})
