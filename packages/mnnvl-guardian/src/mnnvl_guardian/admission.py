@@ -13,9 +13,10 @@ from typing import Any
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_api.decisions import domains, references
+from mnnvl_api.decisions import domains
 from mnnvl_api.models import configuration
 from mnnvl_runtime import admission, operator
+from mnnvl_runtime import domains as writing
 
 from . import planner, state, telemetry
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
     id="validate-computedomain-delete",
     registry=state.registry,
 )
-def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+async def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     context = operator.context_of(memo)
     with admission.measured("validate-computedomain-delete", kwargs.get("operation")):
         if context.configuration.compute_domain.deletion_protection is not configuration.DeletionProtection.DENY:
@@ -38,8 +39,7 @@ def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         domain = domains.facts_of(body)
         if not domain.managed:
             return
-        pods = context.client.list_objects("v1", "pods", namespace=domain.namespace)
-        users = references.users_of(pods, domain=domain.name, claim_template=domain.claim_template)
+        users = await writing.users_of(context.client, domain)
         reason = planner.refusal(domain, users)
         if reason is not None:
             telemetry.REFUSALS.inc()

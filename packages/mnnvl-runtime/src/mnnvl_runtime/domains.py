@@ -54,6 +54,14 @@ DELETE_ABORTED = prometheus_client.Counter(
 )
 
 
+async def users_of(client: kube.Api, domain: domains.DomainFacts) -> list[str]:
+    """The non-terminal pods that hold the domain's claim or record it, from a fresh list of its namespace."""
+    users: list[str] = []
+    async for page in kube.pages(client, "v1", "pods", namespace=domain.namespace):
+        users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)
+    return users
+
+
 def domain_path(namespace: str, name: str) -> str:
     return kube.path_of(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace, name=name)
 
@@ -207,11 +215,8 @@ class DomainWriter:
         return None if found is None else (found, domains.facts_of(found))
 
     async def _users(self, domain: domains.DomainFacts) -> list[str]:
-        users: list[str] = []
         async with self._pod_lists:
-            async for page in kube.pages(self.client, "v1", "pods", namespace=domain.namespace):
-                users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)
-        return users
+            return await users_of(self.client, domain)
 
     async def fenced_delete(
         self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None
