@@ -3,14 +3,16 @@
 RSS (VmRSS from /proc) of mnnvl-lws, mnnvl-guardian and the LWS manager is read once idle (controllers just
 restarted, nothing of the benchmark created) and once with `--workloads` opted-in LeaderWorkerSets of
 `--groups` groups of 2 pods each (default 25 x 100 x 2 = 5,000 pods, Pending: they ask for no existing node)
-after every pod exists ungated and the watches have settled. Ratios are to the LWS manager's RSS at the same
-moment. Run: `./dev bench memory --workloads 25 --groups 100`.
+after every pod exists ungated and the watches have settled, and at its highest (sampled every 2 s) while the
+LeaderWorkerSets are deleted and their domains go. Ratios are to the LWS manager's RSS at the same moment
+(while deleting: to its own peak). Run: `./dev bench memory --workloads 25 --groups 100`.
 """
 
 from __future__ import annotations
 
 import argparse
 import pathlib
+import threading
 import time
 
 import common
@@ -32,6 +34,31 @@ def rss_mib(pid: int) -> float:
 
 def sample(bed: cluster.Testbed) -> dict[str, float]:
     return {component: rss_mib(common.pid_of(bed, component)) for component in COMPONENTS}
+
+
+class PeakSampler:
+    """Samples RSS every `every` seconds on a thread of its own while a phase runs; keeps the highest value."""
+
+    def __init__(self, bed: cluster.Testbed, every: float = 2.0) -> None:
+        self.bed = bed
+        self.every = every
+        self.peak = dict.fromkeys(COMPONENTS, 0.0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            for component, rss in sample(self.bed).items():
+                self.peak[component] = max(self.peak[component], rss)
+            self._done.wait(self.every)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
@@ -71,9 +98,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{pods} pods created and ungated in {time.monotonic() - started:.0f} s", flush=True)
         time.sleep(SETTLE_SECONDS)
         loaded = sample(bed)
-        for index in range(arguments.workloads):
-            common.delete_lws(api, ns, f"model-{index}")
-        common.wait_drained(api, ns, timeout=300 + pods * 0.2)
+        with PeakSampler(bed) as deleting:
+            for index in range(arguments.workloads):
+                common.delete_lws(api, ns, f"model-{index}")
+            common.wait_drained(api, ns, timeout=300 + pods * 0.2)
     rows = [
         [
             component,
@@ -81,24 +109,38 @@ def main(argv: list[str] | None = None) -> None:
             loaded[component],
             common.ratio(idle[component], idle["lws-manager"]),
             common.ratio(loaded[component], loaded["lws-manager"]),
+            deleting.peak[component],
+            common.ratio(deleting.peak[component], deleting.peak["lws-manager"]),
         ]
         for component in COMPONENTS
     ]
     print(f"{arguments.workloads} LWS x {arguments.groups} groups x 2 pods = {pods} pods")
     print(
         common.table(
-            ["process", "idle RSS MiB", f"{pods:,} pods RSS MiB", "idle vs lws-manager", "loaded vs lws-manager"], rows
+            [
+                "process",
+                "idle RSS MiB",
+                f"{pods:,} pods RSS MiB",
+                "idle vs lws-manager",
+                "loaded vs lws-manager",
+                "peak while deleting MiB",
+                "deleting vs lws-manager",
+            ],
+            rows,
         )
     )
-    plot(idle, loaded, pods, arguments.plot)
+    plot(idle, loaded, deleting.peak, pods, arguments.plot)
 
 
-def plot(idle: dict[str, float], loaded: dict[str, float], pods: int, path: pathlib.Path) -> None:
+def plot(
+    idle: dict[str, float], loaded: dict[str, float], deleting: dict[str, float], pods: int, path: pathlib.Path
+) -> None:
     figure = common.figure(width=7)
     axes = figure.axes[0]
     positions = range(len(COMPONENTS))
-    axes.bar([p - 0.2 for p in positions], [idle[c] for c in COMPONENTS], width=0.4, label="idle")
-    axes.bar([p + 0.2 for p in positions], [loaded[c] for c in COMPONENTS], width=0.4, label=f"{pods:,} pods")
+    phases = [("idle", idle), (f"{pods:,} pods", loaded), ("peak while deleting", deleting)]
+    for offset, (label, values) in zip((-0.27, 0.0, 0.27), phases, strict=True):
+        axes.bar([p + offset for p in positions], [values[c] for c in COMPONENTS], width=0.27, label=label)
     axes.set_xticks(list(positions), list(COMPONENTS))
     axes.set_ylabel("RSS, MiB")
     axes.grid(axis="y", alpha=0.3)
