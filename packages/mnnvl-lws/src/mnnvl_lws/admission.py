@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import domains, opt_in, references
+from mnnvl_api.decisions import opt_in, ownership, references
 from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
@@ -25,9 +25,8 @@ LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 AVAILABILITY = admission.ApiAvailability()
 
 
-def environment(context: operator.Context) -> decisions.Environment:
-    served = AVAILABILITY.served(context.client) if context.gate_enabled else False
-    return decisions.Environment(gate_enabled=context.gate_enabled, api_served=served)
+def environment(context: operator.Context) -> opt_in.Environment:
+    return AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
 
 
 @kopf.on.mutate(*LWS, id="mutate-leaderworkerset", registry=state.registry)
@@ -111,11 +110,6 @@ def new_token() -> str:
     return "".join(secrets.choice(names.INCARNATION_TOKEN_ALPHABET) for _ in range(names.INCARNATION_TOKEN_LENGTH))
 
 
-def _retry(message: str) -> kopf.AdmissionError:
-    log.info("admission deferred", extra={"reason": message})
-    return kopf.AdmissionError(f"{message}; the pod is created again by its controller", code=409)
-
-
 async def _opted_in(client: kube.Api, stores: state.Stores, namespace: str, lws: str) -> bool:
     """Whether the pod's LeaderWorkerSet opted in: from the stores, confirmed afresh when they say no (they may
     lag behind an opt-in). A pod of a workload that did not opt in is left alone: nothing would ever ungate it."""
@@ -131,26 +125,23 @@ async def _leader_domain(
     client: kube.Api, namespace: str, worker: dict[str, Any], position: decisions.PodPosition
 ) -> str | None:
     """The domain of the worker's current leader incarnation: its StatefulSet and the leader pod it names."""
-    owner = decisions.controller_reference(worker["metadata"], "StatefulSet")
+    owner = ownership.controller_reference(worker["metadata"], "StatefulSet")
     statefulset = await client.aget("apps/v1", "statefulsets", owner["name"], namespace=namespace) if owner else None
     leader = await client.aget("v1", "pods", position.leader, namespace=namespace)
     binding = decisions.worker_binding(worker, leader, statefulset)
     if isinstance(binding, decisions.Retry):
-        raise _retry(binding.message)
+        raise admission.retry(binding.message)
     return binding
 
 
 async def _bindable(client: kube.Api, stores: state.Stores, namespace: str, domain: str, lws: str) -> bool:
     """Whether a pod joining `domain` may run at once; refuses when the domain is condemned or being deleted."""
-    fresh = await client.aget(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=namespace)
-    facts = domains.facts_of(fresh) if fresh is not None else None
-    refusal = domains.admission_refusal(facts)
-    if refusal is not None:
-        raise _retry(refusal)
     workload = stores.workload(namespace, lws)
-    return workload is not None and domains.is_ready(
-        facts,
-        owner_uid=workload.uid,
+    return await admission.bindable(
+        client,
+        namespace,
+        domain,
+        owner_uid=None if workload is None else workload.uid,
         manager=planner.MANAGER,
         template_exists=stores.shared.template_exists(namespace, names.claim_template_name(domain)),
     )

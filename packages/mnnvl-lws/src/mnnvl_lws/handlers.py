@@ -41,19 +41,7 @@ class Reconciler:
             self.loop.queue.enqueue_after(come_back, workload)
 
     def publish_gauges(self) -> None:
-        counts = {"pending": 0, "ready": 0, "terminating": 0}
-        shared = self.stores.shared
-        for tag, namespace, name in shared.compute_domains.groups():
-            if tag != "workload":
-                continue
-            for facts in shared.compute_domains.get((tag, namespace, name)).values():
-                if facts.deleting:
-                    counts["terminating"] += 1
-                elif shared.template_exists(namespace, facts.claim_template):
-                    counts["ready"] += 1
-                else:
-                    counts["pending"] += 1
-        for state_name, count in counts.items():
+        for state_name, count in self.stores.shared.domain_states().items():
             metrics.COMPUTE_DOMAINS.labels(scope=keys.SCOPE_REPLICA, state=state_name).set(count)
         gated = sum(1 for key in self.stores.pods.groups() for pod in self.stores.pods.get(key).values() if pod.gated)
         metrics.GATED_PODS.labels(scope=keys.SCOPE_REPLICA).set(gated)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from mnnvl_api import keys
+from mnnvl_api.decisions import templates
 from mnnvl_runtime import webhooks
-
-from . import decisions
 
 LWS_RULE = {
     "apiGroups": [keys.LWS_GROUP],
@@ -39,7 +38,7 @@ def concerns_auto_compute_domain(variable: str) -> str:
         f"{webhooks.cel_has(variable, 'metadata', 'annotations')} && {opt_in} in {variable}.metadata.annotations"
     )
     marked_templates = []
-    for field in decisions.TEMPLATE_FIELDS:
+    for field in templates.TEMPLATE_FIELDS:
         template = f"{variable}.spec.leaderWorkerTemplate.{field}"
         keyed = [
             f"({webhooks.cel_has(template, 'metadata', kind)} && "

@@ -85,6 +85,13 @@ def target_containers(
     return [target for target, _ in containers if target.name in wanted], []
 
 
+def lacks_channel_claim(pod_spec: Mapping[str, Any], annotations: Mapping[str, str]) -> bool:
+    """The pod has containers that should hold the channel claim, but it holds none: it was admitted while the
+    scope's pod webhook was not registered or not reachable."""
+    targets, _ = target_containers(pod_spec, annotations)
+    return bool(targets) and _existing_channel_claim(pod_spec)[1] is None
+
+
 def unclaimed_gpu_containers_warning(
     pod_spec: Mapping[str, Any], annotations: Mapping[str, str], *, path: str = ""
 ) -> str | None:
