@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import opt_in, ownership, references
+from mnnvl_api.decisions import injection, opt_in, ownership, references
 from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
@@ -81,7 +81,7 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
 
 async def admit_pod(
     client: kube.Api, stores: state.Stores, pod: dict[str, Any], *, token: str
-) -> decisions.PodAdmission:
+) -> injection.PodAdmission:
     """The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
 
     A leader gets a fresh domain for this incarnation; a worker gets its current leader's domain, found by
@@ -93,7 +93,7 @@ async def admit_pod(
         raise admission.reject([position])
     namespace = pod["metadata"].get("namespace", "")
     if position.is_leader and not await _opted_in(client, stores, namespace, position.lws):
-        return decisions.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
+        return injection.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
     domain = None if position.is_leader else await _leader_domain(client, namespace, pod, position)
     found = decisions.recorded_name_errors(pod, position, domain)
     if found:

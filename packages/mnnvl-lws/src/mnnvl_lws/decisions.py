@@ -207,16 +207,9 @@ def recorded_name_errors(
     return []
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PodAdmission:
-    patch: JsonPatch
-    errors: list[errors.FieldError]
-    domain: str | None = None
-    targets: tuple[str, ...] = ()
-    gated: bool = False
-
-
-def admit_pod(pod: Mapping[str, Any], *, domain: str | None, new_token: str, domain_ready: bool) -> PodAdmission:
+def admit_pod(
+    pod: Mapping[str, Any], *, domain: str | None, new_token: str, domain_ready: bool
+) -> injection.PodAdmission:
     """Injection and gating for one replica-scope pod.
 
     `domain` is the pod's domain if already known: recorded on the pod itself (a reinvocation), or, for a
@@ -225,18 +218,12 @@ def admit_pod(pod: Mapping[str, Any], *, domain: str | None, new_token: str, dom
     """
     position = pod_position(pod)
     if isinstance(position, errors.FieldError):
-        return PodAdmission(patch=[], errors=[position])
+        return injection.PodAdmission(patch=[], errors=[position])
     meta = pod.get("metadata") or {}
     recorded = (meta.get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
     chosen = recorded or domain
     if chosen is None and position.is_leader:
         chosen = names.replica_domain_name(position.lws, position.group, new_token)
     if chosen is None:
-        return PodAdmission(patch=[], errors=[])
-    gate = position.is_leader or not domain_ready
-    steps = injection.pod_steps(pod, domain=chosen, gate=gate)
-    if steps.errors:
-        return PodAdmission(patch=[], errors=steps.errors)
-    return PodAdmission(
-        patch=steps.patch, errors=[], domain=chosen, targets=tuple(t.name for t in steps.targets), gated=gate
-    )
+        return injection.PodAdmission(patch=[], errors=[])
+    return injection.join_domain(pod, domain=chosen, gate=position.is_leader or not domain_ready)

@@ -174,14 +174,11 @@ def _to_create(workload: Workload, leader: PodFacts) -> plans.DomainToCreate:
 
 
 def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -> plans.Warning:
-    owner = (
-        f'managed by "{found.managed_by}" for owner {found.owner_uid}' if found.managed_by else "not managed by mnnvl"
-    )
     return plans.Warning(
         reason=events.UNEXPECTED_OWNER_REASON,
         message=(
-            f"ComputeDomain {found.name} already exists and is {owner}; it is not adopted and leader "
-            f"{leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} "
+            f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
+            f"and leader {leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} "
             "to get a new domain name"
         ),
     )

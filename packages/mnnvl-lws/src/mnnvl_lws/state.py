@@ -128,6 +128,9 @@ class Stores(stores.ScopeStores):
             gate_enabled=gate_enabled,
         )
 
+    def gated_pods(self) -> int:
+        return sum(1 for key in self.pods.groups() for pod in self.pods.get(key).values() if pod.gated)
+
     def workload_keys(self) -> list[NamespacedName]:
         """Every LWS this controller may have work for: known objects, their pods, their domains."""
         return sorted(set(self.workloads.groups()) | set(self.pods.groups()) | self.managed_workloads())

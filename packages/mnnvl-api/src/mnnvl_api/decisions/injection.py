@@ -166,6 +166,28 @@ def pod_steps(pod: Mapping[str, Any], *, domain: str, gate: bool) -> Injection:
     return Injection(patch=patch, targets=claim.targets, errors=[])
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodAdmission:
+    """What a scope's pod webhook does to one pod: the patch, or the errors that refuse it; and, for the log,
+    the domain it joins, the containers that get the claim, and whether it is gated."""
+
+    patch: JsonPatch
+    errors: list[errors.FieldError]
+    domain: str | None = None
+    targets: tuple[str, ...] = ()
+    gated: bool = False
+
+
+def join_domain(pod: Mapping[str, Any], *, domain: str, gate: bool) -> PodAdmission:
+    """The admission of a pod joining `domain` (`pod_steps`), gated when `gate`."""
+    steps = pod_steps(pod, domain=domain, gate=gate)
+    if steps.errors:
+        return PodAdmission(patch=[], errors=steps.errors)
+    return PodAdmission(
+        patch=steps.patch, errors=[], domain=domain, targets=tuple(t.name for t in steps.targets), gated=gate
+    )
+
+
 def reserved_claim_error(path: str) -> errors.FieldError:
     """The error for a user claim at `path` that uses the reserved channel claim name."""
     return errors.invalid(
