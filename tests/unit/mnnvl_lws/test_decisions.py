@@ -314,7 +314,7 @@ def test_no_warning_unless_named_containers_leave_gpu_containers_out(spec: dict[
 # --- pods ------------------------------------------------------------------------------------------------
 
 
-def admitted(pod: dict[str, Any], admission: decisions.PodAdmission) -> dict[str, Any]:
+def admitted(pod: dict[str, Any], admission: injection.PodAdmission) -> dict[str, Any]:
     result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(pod), admission.patch)
     return result
 
@@ -343,7 +343,7 @@ def test_a_worker_joins_its_leaders_domain_and_is_gated_only_while_it_is_not_rea
 
 def test_a_worker_whose_leader_has_no_domain_gets_nothing() -> None:
     pod = build.pod("deepseek-r1-1-3", leader="deepseek-r1-1")
-    assert decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False) == decisions.PodAdmission(
+    assert decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False) == injection.PodAdmission(
         patch=[], errors=[]
     )
 
