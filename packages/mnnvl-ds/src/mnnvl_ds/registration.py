@@ -67,10 +67,10 @@ def slice_scope_child(variable: str) -> str:
     slice_value = webhooks.cel_string(keys.SCOPE_SLICE)
     stamped = []
     for field in templates.TEMPLATE_FIELDS:
-        template = f"{variable}.spec.leaderWorkerTemplate.{field}"
+        labels = f"{variable}.spec.leaderWorkerTemplate.{field}.metadata.labels"
         stamped.append(
-            f"({webhooks.cel_has(template, 'metadata', 'labels')} && {scope} in {template}.metadata.labels && "
-            f"{template}.metadata.labels[{scope}] == {slice_value})"
+            f"({webhooks.cel_has(f'{variable}.spec.leaderWorkerTemplate', field, 'metadata', 'labels')} && "
+            f"{scope} in {labels} && {labels}[{scope}] == {slice_value})"
         )
     labelled = f"{webhooks.cel_has(variable, 'metadata', 'labels')} && {ds_label} in {variable}.metadata.labels"
     return (
