@@ -170,6 +170,13 @@ def test_a_pod_is_not_admitted_onto_a_condemned_domain() -> None:
         admit(api, build.pod(lws))
 
 
+def test_a_pod_of_a_leaderworkerset_no_set_controls_is_left_alone() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = build.child(owned=False)
+    api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="kubectl")
+    assert admit(api, build.pod(lws)) == injection.PodAdmission(patch=[], errors=[])
+
+
 def test_a_pod_of_a_leaderworkerset_not_found_is_deferred() -> None:
     api = api_with((keys.DS_PLURAL, build.seed_example()))
     with pytest.raises(kopf.AdmissionError, match="is not found; the pod is created again by its controller"):

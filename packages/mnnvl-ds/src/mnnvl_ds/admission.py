@@ -140,11 +140,14 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
         raise admission.reject(
             [errors.forbidden(path, "a slice-scope pod must belong to a LeaderWorkerSet of a DisaggregatedSet")]
         )
-    child = stores.child(namespace, lws_name) or await _fresh_child(client, namespace, lws_name)
+    child = stores.child(namespace, lws_name)
     if child is None:
-        raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
-    workload = await _opted_in_workload(client, stores, namespace, child) if child.slice_scope else None
-    if workload is None:
+        fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws_name, namespace=namespace)
+        if fresh is None:
+            raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
+        child = state.child_facts(fresh)
+    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
+    if child is None or workload is None:
         return injection.PodAdmission(patch=[], errors=[])
     domain = planner.domain_name(workload.name, (child.slice, child.revision))
     ready = await admission.bindable(
@@ -159,11 +162,6 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
     if admitted.errors:
         raise admission.reject(admitted.errors)
     return admitted
-
-
-async def _fresh_child(client: kube.Api, namespace: str, name: str) -> planner.Child | None:
-    found = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, name, namespace=namespace)
-    return state.child_facts(found) if found is not None else None
 
 
 async def _opted_in_workload(
