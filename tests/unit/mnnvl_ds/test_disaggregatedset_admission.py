@@ -367,6 +367,17 @@ def test_a_per_replica_role_without_exclusive_topology_gets_a_warning() -> None:
     assert decisions.ds_warnings(build.ds(roles=roles)) == [replica_advice(0)]
 
 
+def test_under_a_placement_policy_on_another_topology_the_advice_is_the_policys_topology() -> None:
+    """Upstream refuses exclusive-topology on roles while the set has a placement policy."""
+    rack = {"type": "ExclusiveSlice", "topology": "topology.kubernetes.io/rack"}
+    roles = [build.role("prefill", annotations={LWS_KEY: "enabled"}), build.role("decode")]
+    [advice] = decisions.ds_warnings(build.ds(roles=roles, placement=rack))
+    assert advice == replica_advice(0).replace(
+        "set leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique",
+        "set spec.placementPolicy.topology to nvidia.com/gpu.clique",
+    )
+
+
 def test_a_per_replica_role_placed_by_exclusive_topology_or_the_sets_placement_gets_no_warning() -> None:
     placed_role = build.role(
         "prefill", annotations={LWS_KEY: "enabled", keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: keys.GPU_CLIQUE_LABEL}

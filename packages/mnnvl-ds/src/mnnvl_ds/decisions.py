@@ -156,7 +156,12 @@ def ds_warnings(ds: Mapping[str, Any]) -> list[str]:
     for index, role in enumerate(model.spec.roles):
         path = f"spec.roles[{index}]"
         if scopes[role.name] is enrollment.RoleScope.REPLICA:
-            advice = placement.replica_placement_warning(role.metadata.annotations, path, placed=placed)
+            advice = placement.replica_placement_warning(
+                role.metadata.annotations,
+                path,
+                placed=placed,
+                exclusive_topology_allowed=not placement.has_placement_policy(model),
+            )
             if advice is not None:
                 found.append(advice)
         if scopes[role.name] is not enrollment.RoleScope.NONE:

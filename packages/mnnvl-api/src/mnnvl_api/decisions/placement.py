@@ -34,16 +34,31 @@ def slice_placement_warning(ds: disaggregatedset.DisaggregatedSet) -> str | None
     )
 
 
-def replica_placement_warning(annotations: Mapping[str, str], path: str, *, placed: bool) -> str | None:
+def has_placement_policy(ds: disaggregatedset.DisaggregatedSet) -> bool:
+    """Whether `ds` asks upstream for any placement; upstream then refuses `exclusive-topology` on its roles."""
+    policy = ds.spec.placement_policy
+    return policy is not None and policy.type != "None"
+
+
+def replica_placement_warning(
+    annotations: Mapping[str, str], path: str, *, placed: bool, exclusive_topology_allowed: bool = True
+) -> str | None:
     """A warning for per-replica ComputeDomains whose groups nothing places within one clique (None: placed).
 
     `annotations` are the workload's (an LWS's, or a DisaggregatedSet role's) at `path`; `placed` says the
-    workload is placed by other means (its DisaggregatedSet's placement policy on the clique label)."""
+    workload is placed by other means (its DisaggregatedSet's placement policy on the clique label). Where
+    `exclusive-topology` is not allowed (a DisaggregatedSet with a placement policy), the fix is that policy's
+    topology."""
     if placed or keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION in annotations:
         return None
     field = errors.annotation_path(path, keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION)
+    fix = (
+        f"set {keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION}: {keys.GPU_CLIQUE_LABEL}"
+        if exclusive_topology_allowed
+        else f"set spec.placementPolicy.topology to {keys.GPU_CLIQUE_LABEL}"
+    )
     return (
         f"{field}: per-replica ComputeDomains are enabled, but nothing keeps each replica within one "
         f"{keys.GPU_CLIQUE_LABEL}: {_WHY}, so a replica spread over several cliques cannot use its ComputeDomain; "
-        f"set {keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION}: {keys.GPU_CLIQUE_LABEL}"
+        f"{fix}"
     )
