@@ -54,7 +54,7 @@ def validate_disaggregatedset(body: kopf.Body, memo: Any, warnings: list[str], *
         warnings.extend(decisions.ds_warnings(ds))
 
 
-# async, like the pod webhook: it reads the watch stores, which only the event loop thread may touch.
+# async: its fresh reads are awaited on the client's own pool instead of holding one of kopf's threads.
 @kopf.on.validate(*LWS, id="validate-leaderworkerset", registry=state.registry)
 async def validate_leaderworkerset(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     operation: str | None = kwargs.get("operation")
