@@ -170,8 +170,8 @@ def pod(
 # --- the planner's facts -----------------------------------------------------------------------------------
 
 
-def workload(uid: str = UID, *, deleting: bool = False, opted_in: bool = True) -> planner.Workload:
-    return planner.Workload(namespace=NS, name=DS, uid=uid, deleting=deleting, opted_in=opted_in)
+def workload(uid: str = UID, *, deleting: bool = False, opted_in: bool = True, slices: int = 2) -> planner.Workload:
+    return planner.Workload(namespace=NS, name=DS, uid=uid, deleting=deleting, opted_in=opted_in, slices=slices)
 
 
 def child_facts(

@@ -131,6 +131,46 @@ def test_the_collision_message_names_the_owner_its_labels_claim() -> None:
     assert 'is managed by "mnnvl-lws" for owner u2; it is not adopted' in warning.message
 
 
+def collisions(snapshot: planner.Snapshot) -> list[str]:
+    return [
+        w.message.split(";")[0] for w in planner.plan(snapshot).warnings if w.reason == events.UNEXPECTED_OWNER_REASON
+    ]
+
+
+def test_a_set_created_again_while_the_previous_ones_pods_run_is_told_why_its_slices_stay_unscaled() -> None:
+    """Same name, same templates, so the same domain names: the new set's LeaderWorkerSets are refused until
+    the previous set's domains are gone, and the planner never sees them; the previous domains name the slices."""
+    previous = tuple(build.domain(slice_index=s, owner_uid="previous-incarnation") for s in (0, 1))
+    assert collisions(build.snapshot(domains_=previous, in_use=(D0, D1))) == [
+        f'ComputeDomain {D0} already exists and is managed by "mnnvl-ds" for owner previous-incarnation',
+        f'ComputeDomain {D1} already exists and is managed by "mnnvl-ds" for owner previous-incarnation',
+    ]
+
+
+def test_a_slice_added_by_scaling_up_is_told_why_it_stays_unscaled() -> None:
+    foreign = build.domain(build.domain_name(2), owner_uid=None, manager=None, workload_name=None)
+    snapshot = build.snapshot(
+        children=seed_children(),
+        domains_=(build.domain(slice_index=0), build.domain(slice_index=1), foreign),
+        workload_=build.workload(slices=3),
+    )
+    assert collisions(snapshot) == [f"ComputeDomain {build.domain_name(2)} already exists and is not managed by mnnvl"]
+
+
+def test_a_slice_whose_new_revision_is_refused_during_a_rollout_is_told_why() -> None:
+    foreign = build.domain(D0_NEXT, owner_uid=None, manager=None, workload_name=None)
+    children = (*seed_children(), build.child_facts(1, build.NEXT_REVISION))
+    snapshot = build.snapshot(children=children, domains_=(build.domain(), build.domain(slice_index=1), foreign))
+    assert collisions(snapshot) == [f"ComputeDomain {D0_NEXT} already exists and is not managed by mnnvl"]
+
+
+def test_domains_of_a_revision_the_set_no_longer_runs_are_no_collision() -> None:
+    """The set was created again with other templates: its slices run at their new revision."""
+    previous = tuple(build.domain(slice_index=s, owner_uid="previous-incarnation") for s in (0, 1))
+    snapshot = build.snapshot(children=seed_children(build.NEXT_REVISION), domains_=previous, in_use=(D0, D1))
+    assert collisions(snapshot) == []
+
+
 # --- ungating --------------------------------------------------------------------------------------------
 
 

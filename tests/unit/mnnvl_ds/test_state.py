@@ -45,11 +45,9 @@ def test_every_object_of_a_set_is_filed_under_the_set() -> None:
 
 def test_the_set_is_read_with_its_enrollment() -> None:
     stores = observed(("ds", build.seed_example()))
-    assert stores.workload(*KEY) == planner.Workload(namespace=build.NS, name=build.DS, uid=build.UID, opted_in=True)
+    assert stores.workload(*KEY) == build.workload()
     opted_out = observed(("ds", build.ds()))
-    assert opted_out.workload(*KEY) == planner.Workload(
-        namespace=build.NS, name=build.DS, uid=build.UID, opted_in=False
-    )
+    assert opted_out.workload(*KEY) == build.workload(opted_in=False)
 
 
 def test_children_are_read_with_their_position_and_scope_and_a_missing_slice_label_is_slice_0() -> None:
@@ -144,3 +142,16 @@ def test_once_the_set_its_children_and_pods_are_gone_its_domain_is_deleted() -> 
     stores.pod_mirror.observe(finished, deleted=False)
     assert planner.plan(stores.snapshot(*KEY, gate_enabled=True)).delete == (D0,)
     assert stores.workload_keys() == [KEY]
+
+
+def test_the_snapshot_holds_the_domain_named_for_a_slice_whose_leaderworkersets_were_refused() -> None:
+    name = build.domain_name(1)
+    foreign = {
+        "metadata": {"name": name, "namespace": build.NS, "uid": "uid-foreign", "resourceVersion": "3"},
+        "spec": {"channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
+    stores = observed(("ds", build.seed_example()), ("lws", build.child()), ("cd", foreign))
+    snapshot = stores.snapshot(*KEY, gate_enabled=True)
+    assert name in snapshot.domains
+    [warning] = planner.plan(snapshot).warnings
+    assert warning.message.startswith(f"ComputeDomain {name} already exists and is not managed by mnnvl;")

@@ -5,7 +5,8 @@ Rules (the user contract):
   of a live, opted-in DisaggregatedSet has one domain, created as soon as that LeaderWorkerSet exists, before
   its pods run; every enrolled role of the slice and revision shares it;
 - a domain with the generated name that this DisaggregatedSet does not manage is never adopted: warn, and the
-  slice stays unscaled (its LeaderWorkerSets are refused at admission) with its pods gated;
+  slice stays unscaled (its LeaderWorkerSets are refused at admission) with its pods gated; the warning also
+  names such a domain for a slice whose LeaderWorkerSets were refused, as far as its revision can be told;
 - release pods to the scheduler once their slice's domain is ready;
 - a domain is obsolete once no LeaderWorkerSet of this DisaggregatedSet remains for its (slice, revision) (a
   rollout drained the revision, `slices` shrank) or the DisaggregatedSet is gone; it goes (by the fenced
@@ -37,6 +38,8 @@ class Workload:
     deleting: bool = False
     #: Some role is enrolled in slice ComputeDomains, by the set's annotation or its own.
     opted_in: bool = True
+    #: `spec.slices`: slices 0 to slices - 1 exist, or are to be created.
+    slices: int = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,6 +143,35 @@ def active_positions(snapshot: Snapshot) -> set[SliceRevision]:
     }
 
 
+def known_revisions(snapshot: Snapshot) -> set[str]:
+    """The revisions the set's LeaderWorkerSets and domains carry: the only ones whose domain names can be told."""
+    return {child.revision for child in snapshot.children} | {
+        domain.revision
+        for domain in snapshot.domains.values()
+        if domain.revision and domain.workload == snapshot.ds_name
+    }
+
+
+def blocked_positions(snapshot: Snapshot) -> set[SliceRevision]:
+    """The (slice, revision)s the set is to have but has no LeaderWorkerSet of, which may be because their
+    creation is refused (a foreign domain holds their domain's name): at a revision a current LeaderWorkerSet
+    carries, or in a slice that has none at all. Upstream's revision hash cannot be computed here, so a
+    revision no LeaderWorkerSet or domain of the set carries yet is not among them."""
+    workload = snapshot.workload
+    if workload is None or workload.deleting:
+        return set()
+    current = [child for child in snapshot.children if child.owner_uid == workload.uid]
+    present = {(child.slice, child.revision) for child in current}
+    current_revisions = {child.revision for child in current}
+    populated = {child.slice for child in current}
+    return {
+        (slice_index, revision)
+        for slice_index in range(workload.slices)
+        for revision in known_revisions(snapshot)
+        if (slice_index, revision) not in present and (revision in current_revisions or slice_index not in populated)
+    }
+
+
 def plan(snapshot: Snapshot) -> plans.Plan:
     if not snapshot.gate_enabled:
         return plans.Plan()
@@ -164,6 +196,10 @@ def plan(snapshot: Snapshot) -> plans.Plan:
                 template_exists=names.claim_template_name(name) in snapshot.existing_templates,
             ):
                 ready.add(name)
+        for position in sorted(blocked_positions(snapshot)):
+            found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
+            if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
+                warnings.append(_foreign(workload, position, found))
         if workload.opted_in and not workload.deleting:
             warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
     ungate = tuple(

@@ -118,7 +118,11 @@ class Stores(stores.ScopeStores):
             facts.name: self.shared.domain(namespace, facts.name) or facts
             for facts in self.shared.domains_of(namespace, ds)
         }
-        wanted = {planner.domain_name(ds, (child.slice, child.revision)) for child in children}
+        workload = self.workload(namespace, ds)
+        slices = range(workload.slices if workload is not None else 0)
+        revisions = {child.revision for child in children} | {f.revision for f in found.values() if f.revision}
+        positions = {(child.slice, child.revision) for child in children} | {(s, r) for s in slices for r in revisions}
+        wanted = {planner.domain_name(ds, position) for position in positions}
         wanted |= {pod.domain for pod in pods if pod.domain}
         for name in wanted - found.keys():
             known = self.shared.domain(namespace, name)
@@ -130,7 +134,7 @@ class Stores(stores.ScopeStores):
         return planner.Snapshot(
             namespace=namespace,
             ds_name=ds,
-            workload=self.workload(namespace, ds),
+            workload=workload,
             children=children,
             pods=pods,
             domains=found,
@@ -175,6 +179,7 @@ def workload_facts(ds: Mapping[str, Any]) -> planner.Workload | None:
         uid=model.metadata.uid,
         deleting=model.metadata.is_deleting,
         opted_in=bool(enrollment.enroll_roles(model).slice_roles),
+        slices=model.spec.slices,
     )
 
 
