@@ -120,3 +120,25 @@ def test_a_replica_domain_name_is_recognised_only_when_derived(
     domain: str, lws: str, group: int, token: str | None
 ) -> None:
     assert names.replica_domain_token(domain, lws, group) == token
+
+
+revisions = st.text("0123456789abcdef", min_size=8, max_size=8)
+
+
+@given(ds=lws_names, slice_index=st.integers(min_value=0, max_value=99), revision=revisions)
+def test_slice_names_are_always_valid_labels_that_keep_slice_and_revision_whole(
+    ds: str, slice_index: int, revision: str
+) -> None:
+    name = names.slice_domain_name(ds, slice_index, revision)
+    assert names.is_dns1123_label(name)
+    assert f"-{slice_index}-{revision}" in name
+    assert names.is_dns1123_label(names.claim_template_name(name))
+
+
+@given(
+    ds=lws_names,
+    positions=st.lists(st.tuples(st.integers(0, 99), revisions), min_size=2, max_size=2, unique=True),
+)
+def test_different_slices_or_revisions_never_share_a_name(ds: str, positions: list[tuple[int, str]]) -> None:
+    first, second = (names.slice_domain_name(ds, *position) for position in positions)
+    assert first != second

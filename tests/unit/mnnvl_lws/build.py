@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import domains
-from mnnvl_lws import decisions, planner
+from mnnvl_api.decisions import domains, opt_in
+from mnnvl_lws import planner
 
 from ..mnnvl_api import pods
 
@@ -179,6 +179,6 @@ def snapshot(
     )
 
 
-ENV_ON = decisions.Environment(gate_enabled=True, api_served=True)
-ENV_OFF = decisions.Environment(gate_enabled=False, api_served=True)
-ENV_NO_API = decisions.Environment(gate_enabled=True, api_served=False)
+ENV_ON = opt_in.Environment(gate_enabled=True, api_served=True)
+ENV_OFF = opt_in.Environment(gate_enabled=False, api_served=True)
+ENV_NO_API = opt_in.Environment(gate_enabled=True, api_served=False)

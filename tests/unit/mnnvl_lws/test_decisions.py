@@ -7,7 +7,7 @@ import jsonpatch
 import pytest
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import injection
+from mnnvl_api.decisions import injection, opt_in
 from mnnvl_lws import decisions
 
 from ..mnnvl_api import pods
@@ -16,7 +16,7 @@ from . import build
 WORKER_META = "/spec/leaderWorkerTemplate/workerTemplate/metadata"
 
 
-def stamped(lws: dict[str, Any], env: decisions.Environment = build.ENV_ON) -> dict[str, Any]:
+def stamped(lws: dict[str, Any], env: opt_in.Environment = build.ENV_ON) -> dict[str, Any]:
     result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(lws), decisions.template_patch(lws, env))
     return result
 
@@ -112,7 +112,7 @@ def test_opting_in_is_rejected_while_the_api_is_not_served() -> None:
 
 
 @pytest.mark.parametrize("env", [build.ENV_OFF, build.ENV_NO_API], ids=["gate-off", "api-missing"])
-def test_objects_that_opted_in_earlier_remain_updatable(env: decisions.Environment) -> None:
+def test_objects_that_opted_in_earlier_remain_updatable(env: opt_in.Environment) -> None:
     old = stamped(build.opted_in())
     new = copy.deepcopy(old)
     new["spec"]["replicas"] = 3
@@ -314,7 +314,7 @@ def test_no_warning_unless_named_containers_leave_gpu_containers_out(spec: dict[
 # --- pods ------------------------------------------------------------------------------------------------
 
 
-def admitted(pod: dict[str, Any], admission: decisions.PodAdmission) -> dict[str, Any]:
+def admitted(pod: dict[str, Any], admission: injection.PodAdmission) -> dict[str, Any]:
     result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(pod), admission.patch)
     return result
 
@@ -343,7 +343,7 @@ def test_a_worker_joins_its_leaders_domain_and_is_gated_only_while_it_is_not_rea
 
 def test_a_worker_whose_leader_has_no_domain_gets_nothing() -> None:
     pod = build.pod("deepseek-r1-1-3", leader="deepseek-r1-1")
-    assert decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False) == decisions.PodAdmission(
+    assert decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False) == injection.PodAdmission(
         patch=[], errors=[]
     )
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from mnnvl_api import keys
+from mnnvl_api.decisions import plans
 from mnnvl_lws import executor, planner
-from mnnvl_runtime import domains, kube
+from mnnvl_runtime import domains, executing, kube
 
 from ..mnnvl_runtime import fakes
 from ..safety.memory_api import MemoryApi
@@ -32,15 +33,15 @@ def snapshot() -> planner.Snapshot:
     )
 
 
-def to_create(group: int) -> planner.DomainToCreate:
+def to_create(group: int) -> plans.DomainToCreate:
     name = f"{LWS}-{group}-bbbbb"
-    return planner.DomainToCreate(
+    return plans.DomainToCreate(
         name=name, namespace=NS, claim_template=f"{name}-channel", labels=planner.domain_labels(WORKLOAD, group)
     )
 
 
-def pods(*names: str) -> tuple[planner.PodRef, ...]:
-    return tuple(planner.PodRef(name=name, uid=f"uid-{name}") for name in names)
+def pods(*names: str) -> tuple[plans.PodRef, ...]:
+    return tuple(plans.PodRef(name=name, uid=f"uid-{name}") for name in names)
 
 
 class Together:
@@ -99,7 +100,7 @@ def test_domains_are_created_together_then_pods_are_ungated_together() -> None:
     creates = Together(3)
     ungates = Together(2)
     writer.hold = {f"create {LWS}-{g}-bbbbb": creates for g in range(3)} | {f"ungate {p}": ungates for p in "ab"}
-    plan = planner.Plan(create=tuple(to_create(g) for g in range(3)), ungate=pods("a", "b"))
+    plan = plans.Plan(create=tuple(to_create(g) for g in range(3)), ungate=pods("a", "b"))
 
     assert asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan))) is None
 
@@ -127,7 +128,7 @@ def test_the_event_of_a_create_does_not_hold_up_the_ungates_and_is_posted_within
 
     writer.hold = {f"event {LWS}-0-bbbbb": AfterUngate()}
     writer.ungate = ungate_then_release  # type: ignore[method-assign]
-    plan = planner.Plan(create=(to_create(0),), ungate=pods("a"))
+    plan = plans.Plan(create=(to_create(0),), ungate=pods("a"))
 
     asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan)))
 
@@ -138,7 +139,7 @@ def test_the_event_of_a_create_does_not_hold_up_the_ungates_and_is_posted_within
 def test_a_failing_ungate_leaves_the_others_to_finish_and_then_fails_the_pass() -> None:
     writer = RecordingWriter()
     writer.fail = {"ungate b"}
-    plan = planner.Plan(ungate=pods("a", "b", "c"))
+    plan = plans.Plan(ungate=pods("a", "b", "c"))
 
     with pytest.raises(kube.ApiError):
         asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan)))
@@ -159,7 +160,7 @@ def test_cancelling_a_pass_cancels_its_running_writes_and_events() -> None:
                 await never.wait()
 
         writer.hold = {f"event {LWS}-0-bbbbb": never, "ungate a": Forever(), "ungate b": Forever()}
-        plan = planner.Plan(create=(to_create(0),), ungate=pods("a", "b"))
+        plan = plans.Plan(create=(to_create(0),), ungate=pods("a", "b"))
         applying = asyncio.create_task(executor.Executor(writer).apply(snapshot(), plan))
         await both_ungating.all_here.wait()
         applying.cancel()
@@ -187,7 +188,7 @@ def test_writes_of_one_kind_are_bounded() -> None:
             running -= 1
             return item * 2
 
-        assert await executor.each(range(10), write, at_once=3) == [i * 2 for i in range(10)]
+        assert await executing.each(range(10), write, at_once=3) == [i * 2 for i in range(10)]
         return most
 
     assert asyncio.run(scenario()) == 3

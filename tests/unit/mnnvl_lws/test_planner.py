@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from mnnvl_api import events, keys
+from mnnvl_api.decisions import plans
 from mnnvl_lws import planner
 
 from . import build
@@ -26,12 +27,12 @@ def expected_labels(group: str) -> dict[str, str]:
 
 def test_each_live_leader_incarnation_gets_its_domain_created_with_our_labels() -> None:
     plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True), build.leader(1, D1, gated=True))))
-    assert plan == planner.Plan(
+    assert plan == plans.Plan(
         create=(
-            planner.DomainToCreate(
+            plans.DomainToCreate(
                 name=D0, namespace="serving", claim_template=f"{D0}-channel", labels=expected_labels("0")
             ),
-            planner.DomainToCreate(
+            plans.DomainToCreate(
                 name=D1, namespace="serving", claim_template=f"{D1}-channel", labels=expected_labels("1")
             ),
         )
@@ -40,12 +41,12 @@ def test_each_live_leader_incarnation_gets_its_domain_created_with_our_labels() 
 
 def test_pods_stay_gated_until_the_claim_template_exists() -> None:
     pods = (build.leader(0, D0, gated=True), build.worker(0, 1, D0, gated=True))
-    assert planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), templates=())) == planner.Plan()
+    assert planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), templates=())) == plans.Plan()
     ready = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
-    assert ready == planner.Plan(
+    assert ready == plans.Plan(
         ungate=(
-            planner.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0", gate_at=0),
-            planner.PodRef(name="deepseek-r1-0-1", uid="uid-deepseek-r1-0-1", gate_at=0),
+            plans.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0", gate_at=0),
+            plans.PodRef(name="deepseek-r1-0-1", uid="uid-deepseek-r1-0-1", gate_at=0),
         )
     )
 
@@ -91,7 +92,7 @@ def test_a_deleted_domain_is_released_only_when_unreferenced() -> None:
 
 def test_when_the_lws_is_gone_its_domains_go_once_unreferenced() -> None:
     plan = planner.plan(build.snapshot(domains_=(build.domain(D0), build.domain(D1)), in_use=(D1,), gone=True))
-    assert plan == planner.Plan(delete=(D0,))
+    assert plan == plans.Plan(delete=(D0,))
 
 
 def test_a_deleting_lws_creates_nothing_new() -> None:
@@ -126,12 +127,12 @@ def test_with_the_gate_disabled_nothing_is_done() -> None:
         domains_=(build.domain(D0), build.domain(D1, deleting=True)),
         gate_enabled=False,
     )
-    assert planner.plan(snapshot) == planner.Plan()
+    assert planner.plan(snapshot) == plans.Plan()
 
 
 def test_domains_of_other_workloads_are_never_touched() -> None:
     other = build.domain("other-0-bbbbb", workload_name="other")
-    assert planner.plan(build.snapshot(domains_=(other,))) == planner.Plan()
+    assert planner.plan(build.snapshot(domains_=(other,))) == plans.Plan()
 
 
 def test_a_converged_snapshot_yields_an_empty_plan() -> None:
@@ -152,7 +153,7 @@ def test_terminal_or_terminating_pods_are_never_ungated() -> None:
     waiting = build.worker(0, 3, D0, gated=True)
     pods = (build.leader(0, D0), finished, leaving, waiting)
     plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
-    assert plan.ungate == (planner.PodRef(name="deepseek-r1-0-3", uid="uid-deepseek-r1-0-3", gate_at=0),)
+    assert plan.ungate == (plans.PodRef(name="deepseek-r1-0-3", uid="uid-deepseek-r1-0-3", gate_at=0),)
 
 
 def test_a_worker_is_ungated_only_onto_its_live_leaders_domain() -> None:
@@ -165,12 +166,12 @@ def test_a_worker_is_ungated_only_onto_its_live_leaders_domain() -> None:
 def test_a_condemned_domain_releases_no_pod_and_is_lifted_while_wanted() -> None:
     pods = (build.leader(0, D0, gated=True),)
     plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0, condemned=True),)))
-    assert plan == planner.Plan(uncondemn=(D0,))
+    assert plan == plans.Plan(uncondemn=(D0,))
 
 
 def test_a_domain_recorded_by_a_live_pod_is_in_use_without_any_claim() -> None:
     plan = planner.plan(build.snapshot(domains_=(build.domain(D0),), recorded=(D0,), gone=True))
-    assert plan == planner.Plan()
+    assert plan == plans.Plan()
 
 
 def test_only_an_opted_in_workload_gets_domains() -> None:
@@ -209,6 +210,6 @@ def test_a_pod_running_without_its_channel_claim_is_reported() -> None:
 )
 def test_a_domain_that_only_looks_like_ours_is_never_deleted_or_released(look_alike: object) -> None:
     assert isinstance(look_alike, planner.domains.DomainFacts)
-    assert planner.plan(build.snapshot(domains_=(look_alike,), gone=True)) == planner.Plan()
+    assert planner.plan(build.snapshot(domains_=(look_alike,), gone=True)) == plans.Plan()
     deleting = dataclasses.replace(look_alike, deleting=True)
-    assert planner.plan(build.snapshot(domains_=(deleting,), gone=True)) == planner.Plan()
+    assert planner.plan(build.snapshot(domains_=(deleting,), gone=True)) == plans.Plan()

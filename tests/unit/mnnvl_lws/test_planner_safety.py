@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys, names
+from mnnvl_api.decisions import plans
 from mnnvl_lws import planner
 
 from . import build
@@ -52,7 +53,7 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
 def test_the_planner_never_acts_unsafely(snapshot: planner.Snapshot) -> None:
     plan = planner.plan(snapshot)
     if not snapshot.gate_enabled:
-        assert plan == planner.Plan()
+        assert plan == plans.Plan()
         return
     for name in (*plan.delete, *plan.release):
         domain = snapshot.domains[name]

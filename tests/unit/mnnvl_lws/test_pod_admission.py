@@ -6,13 +6,14 @@ import asyncio
 from typing import Any
 
 from mnnvl_api import keys, names
+from mnnvl_api.decisions import injection
 from mnnvl_lws import admission, state
 
 from ..safety.memory_api import MemoryApi
 from . import build
 
 
-def admit(api: MemoryApi, stores: state.Stores, pod: dict[str, Any]) -> admission.decisions.PodAdmission:
+def admit(api: MemoryApi, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
     return asyncio.run(admission.admit_pod(api.client(keys.LWS_CONTROLLER), stores, pod, token="bcdfg"))
 
 

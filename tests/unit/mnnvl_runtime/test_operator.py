@@ -6,6 +6,7 @@ import kopf
 import pytest
 
 from mnnvl_api import keys, models
+from mnnvl_ds import handlers as ds_handlers
 from mnnvl_guardian import handlers as guardian_handlers
 from mnnvl_lws import handlers as lws_handlers
 from mnnvl_runtime import identity, operator
@@ -34,6 +35,9 @@ def watch_selectors(selectors: operator.WatchSelectors) -> kopf.OperatorSettings
         pytest.param(lws_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="lws-pods"),
         pytest.param(lws_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [], id="lws-sees-every-domain"),
         pytest.param(lws_handlers.WATCH_SELECTORS, LEADER_WORKER_SETS, [], id="lws-workloads"),
+        pytest.param(ds_handlers.WATCH_SELECTORS, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], id="ds-pods"),
+        pytest.param(ds_handlers.WATCH_SELECTORS, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], id="ds-children"),
+        pytest.param(ds_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [], id="ds-sees-every-domain"),
         pytest.param(guardian_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="guardian-pods"),
         pytest.param(guardian_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [MANAGED], id="guardian-managed-domains"),
     ],

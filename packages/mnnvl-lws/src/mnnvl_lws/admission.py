@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import domains, opt_in, references
+from mnnvl_api.decisions import injection, opt_in, ownership, references
 from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
@@ -25,9 +25,8 @@ LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 AVAILABILITY = admission.ApiAvailability()
 
 
-def environment(context: operator.Context) -> decisions.Environment:
-    served = AVAILABILITY.served(context.client) if context.gate_enabled else False
-    return decisions.Environment(gate_enabled=context.gate_enabled, api_served=served)
+def environment(context: operator.Context) -> opt_in.Environment:
+    return AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
 
 
 @kopf.on.mutate(*LWS, id="mutate-leaderworkerset", registry=state.registry)
@@ -82,7 +81,7 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
 
 async def admit_pod(
     client: kube.Api, stores: state.Stores, pod: dict[str, Any], *, token: str
-) -> decisions.PodAdmission:
+) -> injection.PodAdmission:
     """The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
 
     A leader gets a fresh domain for this incarnation; a worker gets its current leader's domain, found by
@@ -94,7 +93,7 @@ async def admit_pod(
         raise admission.reject([position])
     namespace = pod["metadata"].get("namespace", "")
     if position.is_leader and not await _opted_in(client, stores, namespace, position.lws):
-        return decisions.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
+        return injection.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
     domain = None if position.is_leader else await _leader_domain(client, namespace, pod, position)
     found = decisions.recorded_name_errors(pod, position, domain)
     if found:
@@ -109,11 +108,6 @@ async def admit_pod(
 
 def new_token() -> str:
     return "".join(secrets.choice(names.INCARNATION_TOKEN_ALPHABET) for _ in range(names.INCARNATION_TOKEN_LENGTH))
-
-
-def _retry(message: str) -> kopf.AdmissionError:
-    log.info("admission deferred", extra={"reason": message})
-    return kopf.AdmissionError(f"{message}; the pod is created again by its controller", code=409)
 
 
 async def _opted_in(client: kube.Api, stores: state.Stores, namespace: str, lws: str) -> bool:
@@ -131,26 +125,23 @@ async def _leader_domain(
     client: kube.Api, namespace: str, worker: dict[str, Any], position: decisions.PodPosition
 ) -> str | None:
     """The domain of the worker's current leader incarnation: its StatefulSet and the leader pod it names."""
-    owner = decisions.controller_reference(worker["metadata"], "StatefulSet")
+    owner = ownership.controller_reference(worker["metadata"], "StatefulSet")
     statefulset = await client.aget("apps/v1", "statefulsets", owner["name"], namespace=namespace) if owner else None
     leader = await client.aget("v1", "pods", position.leader, namespace=namespace)
     binding = decisions.worker_binding(worker, leader, statefulset)
     if isinstance(binding, decisions.Retry):
-        raise _retry(binding.message)
+        raise admission.retry(binding.message)
     return binding
 
 
 async def _bindable(client: kube.Api, stores: state.Stores, namespace: str, domain: str, lws: str) -> bool:
     """Whether a pod joining `domain` may run at once; refuses when the domain is condemned or being deleted."""
-    fresh = await client.aget(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=namespace)
-    facts = domains.facts_of(fresh) if fresh is not None else None
-    refusal = domains.admission_refusal(facts)
-    if refusal is not None:
-        raise _retry(refusal)
     workload = stores.workload(namespace, lws)
-    return workload is not None and domains.is_ready(
-        facts,
-        owner_uid=workload.uid,
+    return await admission.bindable(
+        client,
+        namespace,
+        domain,
+        owner_uid=None if workload is None else workload.uid,
         manager=planner.MANAGER,
         template_exists=stores.shared.template_exists(namespace, names.claim_template_name(domain)),
     )

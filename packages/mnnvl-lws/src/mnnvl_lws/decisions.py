@@ -8,28 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import injection, opt_in, references
+from mnnvl_api.decisions import injection, opt_in, ownership, references, templates
 
 JsonPatch = list[dict[str, Any]]
-TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
-_CHANNEL_CLAIM_TEMPLATE = re.compile(rf"-{re.escape(names.CLAIM_TEMPLATE_SUFFIX)}(-[0-9a-f]{{{names.HASH_LENGTH}}})?$")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Environment:
-    """What admission depends on besides the object: the feature gate and whether ComputeDomains are served."""
-
-    gate_enabled: bool
-    api_served: bool
-
-
-def _pointer(*parts: str) -> str:
-    return "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
 def _templates(lws: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    template = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
-    return [(field, template[field]) for field in TEMPLATE_FIELDS if template.get(field) is not None]
+    return templates.templates_of((lws.get("spec") or {}).get("leaderWorkerTemplate"))
 
 
 def stamp_value(lws: Mapping[str, Any]) -> str:
@@ -55,50 +40,37 @@ def _stamped(lws: Mapping[str, Any]) -> bool:
     )
 
 
-def template_patch(lws: Mapping[str, Any], env: Environment) -> JsonPatch:
+def template_patch(lws: Mapping[str, Any], env: opt_in.Environment) -> JsonPatch:
     """Stamp the templates of an opted-in LWS, unstamp those of one that is not; nothing while the gate is off.
 
     Unset and `disabled` both mean "not stamped", so they give the same revision. An LWS whose opt-in is
-    rejected (API not served) is left as is; one stamped earlier keeps its stamps.
+    rejected (API not served) is left as is; one stamped earlier keeps its stamps. A slice scope stamped by
+    mnnvl-ds (on the LWS of a DisaggregatedSet) is not ours to change.
     """
     if not env.gate_enabled:
         return []
     want = _opted_in(lws) and (env.api_served or _stamped(lws))
     value = stamp_value(lws)
+    stamps = (
+        templates.Stamp(
+            field="annotations", key=keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, value=value if want else None, ours=(value,)
+        ),
+        templates.Stamp(
+            field="labels",
+            key=keys.SCOPE_LABEL,
+            value=keys.SCOPE_REPLICA if want else None,
+            ours=(keys.SCOPE_REPLICA,),
+        ),
+    )
     patch: JsonPatch = []
     for field, template in _templates(lws):
-        base = ("spec", "leaderWorkerTemplate", field, "metadata")
-        meta = template.get("metadata") or {}
-        if "metadata" not in template:
-            if not want:
-                continue
-            patch.append({"op": "add", "path": _pointer(*base), "value": {}})
-        stamp = value if want else None
-        patch += _entry(meta, (*base, "annotations"), keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, stamp, value)
-        scope = keys.SCOPE_REPLICA if want else None
-        patch += _entry(meta, (*base, "labels"), keys.SCOPE_LABEL, scope, keys.SCOPE_REPLICA)
+        patch += templates.stamp_patch(template, ("spec", "leaderWorkerTemplate", field, "metadata"), stamps)
     return patch
 
 
-def _entry(meta: Mapping[str, Any], path: tuple[str, ...], key: str, value: str | None, ours: str) -> JsonPatch:
-    """Ops that set `key` to `value` in the map at `path` (or remove it for None).
-
-    Only a missing entry or our own value (`ours`) is changed: a different value was put there by a user,
-    and is left for validation to reject, so the user learns of it instead of seeing it silently replaced.
-    """
-    current = meta.get(path[-1])
-    if current is not None and key in current and current[key] != ours:
-        return []
-    if value is None:
-        return [{"op": "remove", "path": _pointer(*path, key)}] if current and key in current else []
-    if current is None:
-        return [{"op": "add", "path": _pointer(*path), "value": {key: value}}]
-    if current.get(key) == value:
-        return []
-    return [{"op": "add", "path": _pointer(*path, key), "value": value}]
-
-
-def lws_errors(lws: Mapping[str, Any], old: Mapping[str, Any] | None, env: Environment) -> list[errors.FieldError]:
+def lws_errors(
+    lws: Mapping[str, Any], old: Mapping[str, Any] | None, env: opt_in.Environment
+) -> list[errors.FieldError]:
     """Everything wrong with an LWS, as the user wrote it (after mutation), in one list."""
     meta = lws.get("metadata") or {}
     found: list[errors.FieldError] = []
@@ -106,118 +78,33 @@ def lws_errors(lws: Mapping[str, Any], old: Mapping[str, Any] | None, env: Envir
     if isinstance(read, errors.FieldError):
         found.append(read)
     elif read is opt_in.OptIn.ENABLED and not _opted_in(old):
-        found += _opt_in_refusals(env)
-    owned_by_ds = _controlled_by_disaggregated_set(meta)
+        found += opt_in.opt_in_refusals(errors.annotation_path("", keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION), env)
+    stamp = stamp_value(lws)
+    owned_by_ds = ownership.controlled_by_disaggregated_set(meta)
+    # mnnvl-ds stamps the slice scope and the domain name on the LWS of a DisaggregatedSet, and validates them.
+    allowed_scopes = (keys.SCOPE_REPLICA, keys.SCOPE_SLICE) if owned_by_ds else (keys.SCOPE_REPLICA,)
+
+    def accepts(key: str, value: str) -> bool:
+        if key == keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION:
+            return value == stamp
+        if key == keys.SCOPE_LABEL:
+            return value in allowed_scopes
+        return owned_by_ds
+
     for field, template in _templates(lws):
         path = f"spec.leaderWorkerTemplate.{field}"
-        found += _template_errors(
-            template, path, stamp=stamp_value(lws), owned_by_ds=owned_by_ds, opted_in=_opted_in(lws)
-        )
+        found += templates.template_errors(template, path, accepts=accepts, opted_in=_opted_in(lws))
     return found
 
 
 def lws_warnings(lws: Mapping[str, Any]) -> list[str]:
     """What is allowed but probably not meant: templates whose named containers leave their GPU containers
     without the channel claim."""
-    found = []
-    for field, template in _templates(lws):
-        annotations = (template.get("metadata") or {}).get("annotations") or {}
-        path = f"spec.leaderWorkerTemplate.{field}"
-        warning = injection.unclaimed_gpu_containers_warning(template.get("spec") or {}, annotations, path=path)
-        if warning is not None:
-            found.append(warning)
-    return found
-
-
-def _controlled_by_disaggregated_set(meta: Mapping[str, Any]) -> bool:
-    """True when the LWS's controller is the DisaggregatedSet its `disaggregatedset.x-k8s.io/name` label names.
-
-    Anyone may write an ownerReference, so only the controller reference of the DisaggregatedSet API group
-    that agrees with the label counts.
-    """
-    ds_name = (meta.get("labels") or {}).get(keys.DS_NAME_LABEL)
-    return ds_name is not None and any(
-        ref.get("controller") is True
-        and ref.get("kind") == keys.DS_KIND
-        and str(ref.get("apiVersion", "")).partition("/")[0] == keys.DS_GROUP
-        and ref.get("name") == ds_name
-        for ref in meta.get("ownerReferences") or []
-    )
-
-
-def _opt_in_refusals(env: Environment) -> list[errors.FieldError]:
-    path = errors.annotation_path("", keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
-    if not env.gate_enabled:
-        return [
-            errors.forbidden(
-                path,
-                "the AutoComputeDomain feature gate is disabled; set featureGates.AutoComputeDomain=true (Helm) "
-                "or AutoComputeDomain: true (Configuration), or remove the annotation",
-            )
-        ]
-    if not env.api_served:
-        return [
-            errors.forbidden(
-                path,
-                "the ComputeDomain API (computedomains.resource.nvidia.com/v1beta1) is not served; install the "
-                "NVIDIA DRA driver with ComputeDomain support, or remove the annotation",
-            )
-        ]
-    return []
-
-
-def _template_errors(
-    template: Mapping[str, Any], path: str, *, stamp: str, owned_by_ds: bool, opted_in: bool
-) -> list[errors.FieldError]:
-    meta = template.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    spec = template.get("spec") or {}
-    found: list[errors.FieldError] = []
-    prefix = annotations.get(keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION)
-    if prefix is not None and prefix != stamp:
-        found.append(_reserved(path, keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, prefix))
-    name = annotations.get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
-    if name is not None and not owned_by_ds:  # mnnvl-ds stamps it on the LWS it manages, and validates it there
-        found.append(_reserved(path, keys.COMPUTE_DOMAIN_NAME_ANNOTATION, name))
-    scope = (meta.get("labels") or {}).get(keys.SCOPE_LABEL)
-    allowed_scopes = (keys.SCOPE_REPLICA, keys.SCOPE_SLICE) if owned_by_ds else (keys.SCOPE_REPLICA,)
-    if scope is not None and scope not in allowed_scopes:
-        found.append(
-            errors.invalid(
-                f"{path}.metadata.labels[{keys.SCOPE_LABEL}]",
-                scope,
-                "this label is managed by the AutoComputeDomain feature; remove it from the template",
-            )
-        )
-    for index, claim in enumerate(spec.get("resourceClaims") or []):
-        claim_path = f"{path}.spec.resourceClaims[{index}]"
-        if claim.get("name") == keys.CHANNEL_CLAIM_NAME:
-            found.append(injection.reserved_claim_error(claim_path))
-        elif opted_in and _is_channel_claim_template(claim.get("resourceClaimTemplateName") or ""):
-            found.append(
-                errors.invalid(
-                    f"{claim_path}.resourceClaimTemplateName",
-                    claim["resourceClaimTemplateName"],
-                    "this is a ComputeDomain channel claim template, reserved for the channel claim the "
-                    "AutoComputeDomain feature injects automatically; remove the claim",
-                )
-            )
-    if injection.named_containers(annotations) is not None:
-        found += injection.target_containers(spec, annotations, path=path)[1]
-    return found
-
-
-def _is_channel_claim_template(name: str) -> bool:
-    """True for names shaped like `names.claim_template_name(...)`: `<domain>-channel`, or with a hash after it."""
-    return _CHANNEL_CLAIM_TEMPLATE.search(name) is not None
-
-
-def _reserved(path: str, key: str, value: str) -> errors.FieldError:
-    return errors.invalid(
-        errors.annotation_path(path, key),
-        value,
-        "this annotation is managed by the AutoComputeDomain feature; remove it from the template",
-    )
+    return [
+        warning
+        for field, template in _templates(lws)
+        for warning in templates.template_warnings(template, f"spec.leaderWorkerTemplate.{field}")
+    ]
 
 
 # --- pods ------------------------------------------------------------------------------------------------
@@ -260,13 +147,6 @@ class Retry:
     message: str
 
 
-def controller_reference(meta: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    """The controller ownerReference of `kind` in `meta`, if any."""
-    return next(
-        (ref for ref in meta.get("ownerReferences") or () if ref.get("controller") and ref.get("kind") == kind), None
-    )
-
-
 def worker_binding(
     worker: Mapping[str, Any], leader: Mapping[str, Any] | None, statefulset: Mapping[str, Any] | None
 ) -> str | Retry | None:
@@ -282,12 +162,12 @@ def worker_binding(
     if leader is None:
         return Retry(message=f'leader pod "{leader_name}" not found; the pod is created again once its leader exists')
     leader_meta = leader.get("metadata") or {}
-    owner = controller_reference(meta, "StatefulSet")
+    owner = ownership.controller_reference(meta, "StatefulSet")
     if owner is not None:
         sts_meta = (statefulset or {}).get("metadata") or {}
         if sts_meta.get("uid") != owner.get("uid"):
             return Retry(message=f'StatefulSet "{owner.get("name")}" of this pod is gone or was replaced')
-        leader_ref = controller_reference(sts_meta, "Pod")
+        leader_ref = ownership.controller_reference(sts_meta, "Pod")
         if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):
             return Retry(
                 message=f'this pod belongs to a previous incarnation of leader pod "{leader_name}", not the current one'
@@ -327,16 +207,9 @@ def recorded_name_errors(
     return []
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PodAdmission:
-    patch: JsonPatch
-    errors: list[errors.FieldError]
-    domain: str | None = None
-    targets: tuple[str, ...] = ()
-    gated: bool = False
-
-
-def admit_pod(pod: Mapping[str, Any], *, domain: str | None, new_token: str, domain_ready: bool) -> PodAdmission:
+def admit_pod(
+    pod: Mapping[str, Any], *, domain: str | None, new_token: str, domain_ready: bool
+) -> injection.PodAdmission:
     """Injection and gating for one replica-scope pod.
 
     `domain` is the pod's domain if already known: recorded on the pod itself (a reinvocation), or, for a
@@ -345,18 +218,12 @@ def admit_pod(pod: Mapping[str, Any], *, domain: str | None, new_token: str, dom
     """
     position = pod_position(pod)
     if isinstance(position, errors.FieldError):
-        return PodAdmission(patch=[], errors=[position])
+        return injection.PodAdmission(patch=[], errors=[position])
     meta = pod.get("metadata") or {}
     recorded = (meta.get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
     chosen = recorded or domain
     if chosen is None and position.is_leader:
         chosen = names.replica_domain_name(position.lws, position.group, new_token)
     if chosen is None:
-        return PodAdmission(patch=[], errors=[])
-    gate = position.is_leader or not domain_ready
-    steps = injection.pod_steps(pod, domain=chosen, gate=gate)
-    if steps.errors:
-        return PodAdmission(patch=[], errors=steps.errors)
-    return PodAdmission(
-        patch=steps.patch, errors=[], domain=chosen, targets=tuple(t.name for t in steps.targets), gated=gate
-    )
+        return injection.PodAdmission(patch=[], errors=[])
+    return injection.join_domain(pod, domain=chosen, gate=position.is_leader or not domain_ready)

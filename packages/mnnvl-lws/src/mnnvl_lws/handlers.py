@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_runtime import metrics, operator, reconciling
+from mnnvl_runtime import operator, reconciling
 
 from . import executor, planner, state
 
@@ -20,50 +20,11 @@ RESYNC_SECONDS = 30.0
 WATCH_SELECTORS: operator.WatchSelectors = {"pods": state.POD_SELECTOR}
 
 
-class Reconciler:
-    """Reconciles one LeaderWorkerSet at a time: stores → snapshot → plan → executor."""
-
-    def __init__(self, context: operator.Context, stores_: state.Stores) -> None:
-        self.context = context
-        self.stores = stores_
-        self.loop: reconciling.Reconciling[state.NamespacedName] = reconciling.Reconciling(
-            context, stores_.mirrors, self.reconcile, kind="LeaderWorkerSet", scope=keys.SCOPE_REPLICA
-        )
-        self.executor = executor.Executor(self.loop.writer)
-
-    def enqueue(self, *workloads: state.NamespacedName) -> None:
-        self.loop.queue.enqueue(*workloads)
-
-    async def reconcile(self, workload: state.NamespacedName) -> None:
-        snapshot = self.stores.snapshot(*workload, gate_enabled=self.context.gate_enabled)
-        come_back = await self.executor.apply(snapshot, planner.plan(snapshot))
-        if come_back is not None:
-            self.loop.queue.enqueue_after(come_back, workload)
-
-    def publish_gauges(self) -> None:
-        counts = {"pending": 0, "ready": 0, "terminating": 0}
-        shared = self.stores.shared
-        for tag, namespace, name in shared.compute_domains.groups():
-            if tag != "workload":
-                continue
-            for facts in shared.compute_domains.get((tag, namespace, name)).values():
-                if facts.deleting:
-                    counts["terminating"] += 1
-                elif shared.template_exists(namespace, facts.claim_template):
-                    counts["ready"] += 1
-                else:
-                    counts["pending"] += 1
-        for state_name, count in counts.items():
-            metrics.COMPUTE_DOMAINS.labels(scope=keys.SCOPE_REPLICA, state=state_name).set(count)
-        gated = sum(1 for key in self.stores.pods.groups() for pod in self.stores.pods.get(key).values() if pod.gated)
-        metrics.GATED_PODS.labels(scope=keys.SCOPE_REPLICA).set(gated)
-
-
 STORES = state.STORES
-_reconciler: Reconciler | None = None
+_reconciler: reconciling.ScopeReconciler[planner.Snapshot] | None = None
 
 
-def reconciler() -> Reconciler:
+def reconciler() -> reconciling.ScopeReconciler[planner.Snapshot]:
     assert _reconciler is not None, "the controller has not started"
     return _reconciler
 
@@ -72,8 +33,16 @@ def reconciler() -> Reconciler:
 async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
     global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
     context = operator.context_of(memo)
-    _reconciler = Reconciler(context, STORES)
-    memo["tasks"] = _reconciler.loop.start(STORES.workload_keys, every=RESYNC_SECONDS, then=_reconciler.publish_gauges)
+    _reconciler = reconciling.ScopeReconciler(
+        context,
+        STORES,
+        planner.plan,
+        executor.Executor,
+        kind="LeaderWorkerSet",
+        scope=keys.SCOPE_REPLICA,
+        resync_seconds=RESYNC_SECONDS,
+    )
+    memo["tasks"] = _reconciler.start()
 
 
 @kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)

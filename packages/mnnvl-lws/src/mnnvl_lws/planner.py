@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from mnnvl_api import events, keys, names
-from mnnvl_api.decisions import domains
+from mnnvl_api.decisions import domains, plans
 
 MANAGER = keys.LWS_CONTROLLER
 
@@ -51,14 +51,6 @@ class PodFacts:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PodRef:
-    name: str
-    uid: str
-    #: Where its gate was seen (lets the gate go in one patch; None: read the pod first).
-    gate_at: int | None = None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class Snapshot:
     namespace: str
     lws_name: str
@@ -70,34 +62,6 @@ class Snapshot:
     templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
     domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
     gate_enabled: bool
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DomainToCreate:
-    name: str
-    namespace: str
-    claim_template: str
-    labels: dict[str, str]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Warning:
-    reason: str
-    message: str
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Plan:
-    create: tuple[DomainToCreate, ...] = ()
-    ungate: tuple[PodRef, ...] = ()
-    delete: tuple[str, ...] = ()  # domain names, for the fenced deletion
-    uncondemn: tuple[str, ...] = ()  # condemned domains that are wanted again
-    release: tuple[str, ...] = ()  # domain names whose protection finalizer may go
-    warnings: tuple[Warning, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not (self.create or self.ungate or self.delete or self.uncondemn or self.release or self.warnings)
 
 
 def domain_labels(workload: Workload, group: int) -> dict[str, str]:
@@ -131,9 +95,9 @@ def has_valid_domain(pod: PodFacts, lws_name: str) -> bool:
     return pod.domain is not None and names.replica_domain_token(pod.domain, lws_name, pod.group) is not None
 
 
-def plan(snapshot: Snapshot) -> Plan:
+def plan(snapshot: Snapshot) -> plans.Plan:
     if not snapshot.gate_enabled:
-        return Plan()
+        return plans.Plan()
     workload = snapshot.workload
     live_leaders = [p for p in snapshot.pods if p.is_leader and not p.terminal and p.domain]
     valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.lws_name)]
@@ -141,7 +105,7 @@ def plan(snapshot: Snapshot) -> Plan:
     # Whatever a live pod records stays, valid name or not: a domain is never deleted under a pod.
     recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
     warnings = [_invalid_name(p) for p in live_leaders if not has_valid_domain(p, snapshot.lws_name)]
-    create: list[DomainToCreate] = []
+    create: list[plans.DomainToCreate] = []
     ready: set[str] = set()
     if workload is not None and workload.opted_in and not workload.deleting:
         for leader in valid_leaders:
@@ -166,7 +130,7 @@ def plan(snapshot: Snapshot) -> Plan:
         }
     leader_domains = {p.group: p.domain for p in valid_leaders if not p.deleting}
     ungate = tuple(
-        PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
+        plans.PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
         for p in snapshot.pods
         if p.gated
         and not p.terminal
@@ -189,7 +153,7 @@ def plan(snapshot: Snapshot) -> Plan:
             delete.append(name)
         elif domains.may_release(found, template_in_use=in_use):
             release.append(name)
-    return Plan(
+    return plans.Plan(
         create=tuple(create),
         ungate=ungate,
         delete=tuple(delete),
@@ -199,9 +163,9 @@ def plan(snapshot: Snapshot) -> Plan:
     )
 
 
-def _to_create(workload: Workload, leader: PodFacts) -> DomainToCreate:
+def _to_create(workload: Workload, leader: PodFacts) -> plans.DomainToCreate:
     assert leader.domain is not None
-    return DomainToCreate(
+    return plans.DomainToCreate(
         name=leader.domain,
         namespace=workload.namespace,
         claim_template=names.claim_template_name(leader.domain),
@@ -209,22 +173,19 @@ def _to_create(workload: Workload, leader: PodFacts) -> DomainToCreate:
     )
 
 
-def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -> Warning:
-    owner = (
-        f'managed by "{found.managed_by}" for owner {found.owner_uid}' if found.managed_by else "not managed by mnnvl"
-    )
-    return Warning(
+def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -> plans.Warning:
+    return plans.Warning(
         reason=events.UNEXPECTED_OWNER_REASON,
         message=(
-            f"ComputeDomain {found.name} already exists and is {owner}; it is not adopted and leader "
-            f"{leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} "
+            f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
+            f"and leader {leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} "
             "to get a new domain name"
         ),
     )
 
 
-def _invalid_name(leader: PodFacts) -> Warning:
-    return Warning(
+def _invalid_name(leader: PodFacts) -> plans.Warning:
+    return plans.Warning(
         reason=events.INVALID_DOMAIN_NAME_REASON,
         message=(
             f"Pod {leader.name} records ComputeDomain name {leader.domain!r}, which is not one this LeaderWorkerSet "
@@ -234,8 +195,8 @@ def _invalid_name(leader: PodFacts) -> Warning:
     )
 
 
-def _missing_claim(workload: Workload, pod: PodFacts) -> Warning:
-    return Warning(
+def _missing_claim(workload: Workload, pod: PodFacts) -> plans.Warning:
+    return plans.Warning(
         reason=events.POD_WITHOUT_CHANNEL_CLAIM_REASON,
         message=(
             f"Pod {pod.name} of LeaderWorkerSet {workload.name} has GPU containers but no ComputeDomain channel "

@@ -14,8 +14,6 @@ from typing import Any
 from mnnvl_api import keys
 from mnnvl_runtime import webhooks
 
-from . import decisions
-
 LWS_RULE = {
     "apiGroups": [keys.LWS_GROUP],
     "apiVersions": ["v1"],
@@ -33,25 +31,11 @@ def concerns_auto_compute_domain(variable: str) -> str:
     would reject the request, whatever the object.
     """
     opt_in = webhooks.cel_string(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
-    prefix = webhooks.cel_string(keys.TEMPLATE_KEY_PREFIX)
-    channel = webhooks.cel_string(keys.CHANNEL_CLAIM_NAME)
     annotated = (
         f"{webhooks.cel_has(variable, 'metadata', 'annotations')} && {opt_in} in {variable}.metadata.annotations"
     )
-    marked_templates = []
-    for field in decisions.TEMPLATE_FIELDS:
-        template = f"{variable}.spec.leaderWorkerTemplate.{field}"
-        keyed = [
-            f"({webhooks.cel_has(template, 'metadata', kind)} && "
-            f"{template}.metadata.{kind}.exists(key, key.startsWith({prefix})))"
-            for kind in ("annotations", "labels")
-        ]
-        claimed = (
-            f"({webhooks.cel_has(template, 'spec', 'resourceClaims')} && "
-            f"{template}.spec.resourceClaims.exists(claim, has(claim.name) && claim.name == {channel}))"
-        )
-        marked_templates.append(f"(has({template}) && ({' || '.join((*keyed, claimed))}))")
-    marked = f"{webhooks.cel_has(variable, 'spec', 'leaderWorkerTemplate')} && ({' || '.join(marked_templates)})"
+    templates = webhooks.cel_marked_templates(f"{variable}.spec.leaderWorkerTemplate")
+    marked = f"{webhooks.cel_has(variable, 'spec', 'leaderWorkerTemplate')} && {templates}"
     return f"{variable} != null && (({annotated}) || ({marked}))"
 
 

@@ -23,13 +23,10 @@ POD_SELECTOR = keys.SCOPE_LABEL
 
 
 @dataclasses.dataclass
-class Stores:
-    #: Domains, claim templates and which pods use what: the indexes every domain controller shares.
-    shared: stores.DomainStores = dataclasses.field(default_factory=stores.DomainStores)
+class Stores(stores.ScopeStores):
+    manager = planner.MANAGER
     #: (namespace, LWS name) → its replica-scope pods
     pods: indexes.Index[NamespacedName, planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
-    #: (namespace, domain) → names of the LWS whose pods record it
-    domain_users: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, LWS name) → the LeaderWorkerSet
     workloads: indexes.Index[NamespacedName, planner.Workload] = dataclasses.field(default_factory=indexes.Index)
 
@@ -91,41 +88,6 @@ class Stores:
         self.workloads.put(uid, {workload: facts})
         return [workload]
 
-    def apply_domain(self, uid: str, domain: Mapping[str, Any] | None) -> list[NamespacedName]:
-        """Index a ComputeDomain; returns the LWS keys that care about it (before and after the change)."""
-        before = [self._interested(facts) for facts in self._domain_facts(uid)]
-        self.shared.apply_domain(uid, domain, manager=planner.MANAGER)
-        after = [self._interested(facts) for facts in self._domain_facts(uid)]
-        return sorted({key for found in (*before, *after) for key in found})
-
-    def apply_template(self, uid: str, template: Mapping[str, Any] | None) -> list[NamespacedName]:
-        keys_before = self.shared.templates.groups_of(uid)
-        self.shared.apply_template(uid, template)
-        touched = {*keys_before, *self.shared.templates.groups_of(uid)}
-        return sorted(
-            {
-                lws
-                for namespace, name in touched
-                for facts in self.shared.domains_by_template(namespace, name)
-                for lws in self._interested(facts)
-            }
-        )
-
-    def _domain_facts(self, uid: str) -> list[domains.DomainFacts]:
-        return [
-            facts
-            for key in self.shared.compute_domains.groups_of(uid)
-            if key[0] == "name"
-            for facts in [self.shared.compute_domains.get(key).get(uid)]
-            if facts is not None
-        ]
-
-    def _interested(self, facts: domains.DomainFacts) -> list[NamespacedName]:
-        found = {(facts.namespace, lws) for lws in self.domain_users.get((facts.namespace, facts.name)).values()}
-        if facts.workload and facts.managed_by == planner.MANAGER:
-            found.add((facts.namespace, facts.workload))
-        return sorted(found)
-
     # --- reading -------------------------------------------------------------------------------------------
 
     def workload(self, namespace: str, name: str) -> planner.Workload | None:
@@ -166,12 +128,12 @@ class Stores:
             gate_enabled=gate_enabled,
         )
 
+    def gated_pods(self) -> int:
+        return sum(1 for key in self.pods.groups() for pod in self.pods.get(key).values() if pod.gated)
+
     def workload_keys(self) -> list[NamespacedName]:
         """Every LWS this controller may have work for: known objects, their pods, their domains."""
-        managed = {
-            (namespace, name) for tag, namespace, name in self.shared.compute_domains.groups() if tag == "workload"
-        }
-        return sorted(set(self.workloads.groups()) | set(self.pods.groups()) | managed)
+        return sorted(set(self.workloads.groups()) | set(self.pods.groups()) | self.managed_workloads())
 
 
 def _deleting(facts: planner.Workload) -> bool:
@@ -182,8 +144,6 @@ def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planne
     meta = pod["metadata"]
     spec = pod.get("spec") or {}
     annotations = meta.get("annotations") or {}
-    targets, _ = injection.target_containers(spec, annotations)
-    holds_channel = any(c.get("name") == keys.CHANNEL_CLAIM_NAME for c in spec.get("resourceClaims") or ())
     return planner.PodFacts(
         name=meta["name"],
         uid=meta.get("uid", ""),
@@ -193,7 +153,7 @@ def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planne
         gate_at=injection.gate_index(spec),
         terminal=not references.is_non_terminal(pod),
         deleting=bool(meta.get("deletionTimestamp")),
-        missing_claim=bool(targets) and not holds_channel,
+        missing_claim=injection.lacks_channel_claim(spec, annotations),
     )
 
 

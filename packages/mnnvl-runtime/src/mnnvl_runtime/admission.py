@@ -1,5 +1,6 @@
 """The admission kit every controller's webhooks share: measured answers, one-error refusals, JSON-patch
-mutations, and whether the ComputeDomain API is served (re-checked at most every few seconds)."""
+mutations, whether the ComputeDomain API is served (re-checked at most every few seconds), and whether a pod
+may join a domain, read afresh."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import jsonpatch
 import kopf
 
 from mnnvl_api import errors, keys
+from mnnvl_api.decisions import domains, opt_in
 
 from . import kube, metrics, preflight
 
@@ -32,6 +34,10 @@ class ApiAvailability:
             self._served = preflight.is_served(client, preflight.CD_API, keys.COMPUTE_DOMAIN_PLURAL)
             self._checked_at = time.monotonic()
         return self._served
+
+    def environment(self, client: kube.Kube, *, gate_enabled: bool) -> opt_in.Environment:
+        """What admission decisions depend on besides the object; the API is not asked while the gate is off."""
+        return opt_in.Environment(gate_enabled=gate_enabled, api_served=gate_enabled and self.served(client))
 
 
 class Outcome:
@@ -73,3 +79,25 @@ def transform(operations: list[dict[str, Any]]) -> Callable[[Any], None]:
         jsonpatch.apply_patch(body, operations, in_place=True)
 
     return apply
+
+
+def retry(message: str) -> kopf.AdmissionError:
+    """A refusal of a pod that its creator (a StatefulSet) retries, and that a later try gets past."""
+    log.info("admission deferred", extra={"reason": message})
+    return kopf.AdmissionError(f"{message}; the pod is created again by its controller", code=409)
+
+
+async def bindable(
+    client: kube.Api, namespace: str, domain: str, *, owner_uid: str | None, manager: str, template_exists: bool
+) -> bool:
+    """Whether a pod joining `domain` may run at once: the domain, read afresh, is ready for the workload with
+    `owner_uid` (None: no live workload). Raises `retry` when the domain is condemned or being deleted: a pod bound
+    to it would run without IMEX, and the fenced deletion relies on no pod being admitted onto it."""
+    fresh = await client.aget(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=namespace)
+    facts = domains.facts_of(fresh) if fresh is not None else None
+    refusal = domains.admission_refusal(facts)
+    if refusal is not None:
+        raise retry(refusal)
+    return owner_uid is not None and domains.is_ready(
+        facts, owner_uid=owner_uid, manager=manager, template_exists=template_exists
+    )

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import prometheus_client
 
@@ -262,6 +262,77 @@ class DomainStores:
             facts.name,
         ) in self.domain_recorders
 
+    def domain_states(self) -> dict[str, int]:
+        """How many domains are indexed under a workload (those its manager manages, see `apply_domain`), by
+        state: `pending` (no claim template yet), `ready`, `terminating`."""
+        counts = {"pending": 0, "ready": 0, "terminating": 0}
+        for tag, namespace, name in self.compute_domains.groups():
+            if tag != "workload":
+                continue
+            for facts in self.compute_domains.get((tag, namespace, name)).values():
+                if facts.deleting:
+                    counts["terminating"] += 1
+                elif self.template_exists(namespace, facts.claim_template):
+                    counts["ready"] += 1
+                else:
+                    counts["pending"] += 1
+        return counts
+
 
 def _deleting(facts: domains.DomainFacts) -> bool:
     return facts.deleting
+
+
+@dataclasses.dataclass
+class ScopeStores:
+    """What a scope controller (replica, slice) keeps to tell which of its workloads a ComputeDomain or claim
+    template event concerns: the shared domain stores, and the workloads whose pods record each domain.
+
+    A subclass names the `manager` whose domains it indexes under their workload, and feeds `domain_users`
+    from its pods."""
+
+    manager: ClassVar[str]
+    #: Domains, claim templates and which pods use what: the indexes every domain controller shares.
+    shared: DomainStores = dataclasses.field(default_factory=DomainStores)
+    #: (namespace, domain) → names of the workloads whose pods record it
+    domain_users: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
+
+    def apply_domain(self, uid: str, domain: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index a ComputeDomain; returns the workload keys that care about it (before and after the change)."""
+        before = [self._interested(facts) for facts in self._domain_facts(uid)]
+        self.shared.apply_domain(uid, domain, manager=self.manager)
+        after = [self._interested(facts) for facts in self._domain_facts(uid)]
+        return sorted({key for found in (*before, *after) for key in found})
+
+    def apply_template(self, uid: str, template: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index a ResourceClaimTemplate; returns the workload keys whose domains it serves."""
+        keys_before = self.shared.templates.groups_of(uid)
+        self.shared.apply_template(uid, template)
+        touched = {*keys_before, *self.shared.templates.groups_of(uid)}
+        return sorted(
+            {
+                workload
+                for namespace, name in touched
+                for facts in self.shared.domains_by_template(namespace, name)
+                for workload in self._interested(facts)
+            }
+        )
+
+    def managed_workloads(self) -> set[NamespacedName]:
+        """The workloads that `manager`'s domains name."""
+        return {(namespace, name) for tag, namespace, name in self.shared.compute_domains.groups() if tag == "workload"}
+
+    def _domain_facts(self, uid: str) -> list[domains.DomainFacts]:
+        return [
+            facts
+            for key in self.shared.compute_domains.groups_of(uid)
+            if key[0] == "name"
+            for facts in [self.shared.compute_domains.get(key).get(uid)]
+            if facts is not None
+        ]
+
+    def _interested(self, facts: domains.DomainFacts) -> list[NamespacedName]:
+        found = {(facts.namespace, name) for name in self.domain_users.get((facts.namespace, facts.name)).values()}
+        if facts.workload and facts.managed_by == self.manager:
+            found.add((facts.namespace, facts.workload))
+        return sorted(found)

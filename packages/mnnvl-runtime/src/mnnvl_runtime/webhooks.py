@@ -6,6 +6,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mnnvl_api import keys
+from mnnvl_api.decisions import templates
+
 #: Given a webhook path (kopf's handler id), the `clientConfig` that reaches it (URL or Service).
 ClientConfig = Callable[[str], dict[str, Any]]
 #: A `matchConditions` item: `{"name": ..., "expression": ...}`, the expression in CEL.
@@ -56,6 +59,27 @@ def cel_has(root: str, *fields: str) -> str:
     `root` itself must not be null.
     """
     return " && ".join(f"has({'.'.join((root, *fields[: depth + 1]))})" for depth in range(len(fields)))
+
+
+def cel_marked_templates(leader_worker_template: str) -> str:
+    """CEL: a pod template of the `leaderWorkerTemplate` at `leader_worker_template` (present, not null) has a key of
+    ours (`keys.TEMPLATE_KEY_PREFIX`) in its labels or annotations, or a claim named like the channel claim."""
+    prefix = cel_string(keys.TEMPLATE_KEY_PREFIX)
+    channel = cel_string(keys.CHANNEL_CLAIM_NAME)
+    marked = []
+    for field in templates.TEMPLATE_FIELDS:
+        template = f"{leader_worker_template}.{field}"
+        keyed = [
+            f"({cel_has(template, 'metadata', kind)} && "
+            f"{template}.metadata.{kind}.exists(key, key.startsWith({prefix})))"
+            for kind in ("annotations", "labels")
+        ]
+        claimed = (
+            f"({cel_has(template, 'spec', 'resourceClaims')} && "
+            f"{template}.spec.resourceClaims.exists(claim, has(claim.name) && claim.name == {channel}))"
+        )
+        marked.append(f"(has({template}) && ({' || '.join((*keyed, claimed))}))")
+    return f"({' || '.join(marked)})"
 
 
 def configuration(kind: str, controller: str, suffix: str, entries: list[dict[str, Any]]) -> dict[str, Any]:

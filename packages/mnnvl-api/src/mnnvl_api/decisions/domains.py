@@ -33,6 +33,8 @@ class DomainFacts:
     uid: str = ""
     resource_version: str = ""
     group: str | None = None  # the group (replica scope) the domain serves, from its label
+    slice: str | None = None  # the slice and revision (slice scope) the domain serves, from their labels
+    revision: str | None = None
     condemned: bool = False  # marked for deletion: no pod may be admitted onto it
     #: The field manager that alone owns the identity labels (None: nobody alone, or no managedFields).
     created_by: str | None = None
@@ -64,6 +66,8 @@ def facts_of(domain: Mapping[str, Any]) -> DomainFacts:
         uid=meta.get("uid", ""),
         resource_version=meta.get("resourceVersion", ""),
         group=labels.get(keys.GROUP_INDEX_LABEL),
+        slice=labels.get(keys.SLICE_LABEL),
+        revision=labels.get(keys.REVISION_LABEL),
         condemned=keys.CONDEMNED_ANNOTATION in (meta.get("annotations") or {}),
         created_by=identity_owner(meta),
     )
@@ -105,6 +109,13 @@ def is_ready(domain: DomainFacts | None, *, owner_uid: str, manager: str, templa
 def may_release(domain: DomainFacts, *, template_in_use: bool) -> bool:
     """The protection finalizer may go: the domain is being deleted and no live pod references its template."""
     return domain.deleting and domain.protected and not template_in_use
+
+
+def describe_owner(domain: DomainFacts) -> str:
+    """Whom a domain belongs to, as its labels say, for messages about a domain that is not ours."""
+    if domain.managed_by:
+        return f'managed by "{domain.managed_by}" for owner {domain.owner_uid}'
+    return "not managed by mnnvl"
 
 
 def admission_refusal(domain: DomainFacts | None) -> str | None:

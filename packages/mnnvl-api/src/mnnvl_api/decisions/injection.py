@@ -85,6 +85,13 @@ def target_containers(
     return [target for target, _ in containers if target.name in wanted], []
 
 
+def lacks_channel_claim(pod_spec: Mapping[str, Any], annotations: Mapping[str, str]) -> bool:
+    """The pod has containers that should hold the channel claim, but it holds none: it was admitted while the
+    scope's pod webhook was not registered or not reachable."""
+    targets, _ = target_containers(pod_spec, annotations)
+    return bool(targets) and _existing_channel_claim(pod_spec)[1] is None
+
+
 def unclaimed_gpu_containers_warning(
     pod_spec: Mapping[str, Any], annotations: Mapping[str, str], *, path: str = ""
 ) -> str | None:
@@ -157,6 +164,28 @@ def pod_steps(pod: Mapping[str, Any], *, domain: str, gate: bool) -> Injection:
     if gate:
         patch += scheduling_gate_patch(spec)
     return Injection(patch=patch, targets=claim.targets, errors=[])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodAdmission:
+    """What a scope's pod webhook does to one pod: the patch, or the errors that refuse it; and, for the log,
+    the domain it joins, the containers that get the claim, and whether it is gated."""
+
+    patch: JsonPatch
+    errors: list[errors.FieldError]
+    domain: str | None = None
+    targets: tuple[str, ...] = ()
+    gated: bool = False
+
+
+def join_domain(pod: Mapping[str, Any], *, domain: str, gate: bool) -> PodAdmission:
+    """The admission of a pod joining `domain` (`pod_steps`), gated when `gate`."""
+    steps = pod_steps(pod, domain=domain, gate=gate)
+    if steps.errors:
+        return PodAdmission(patch=[], errors=steps.errors)
+    return PodAdmission(
+        patch=steps.patch, errors=[], domain=domain, targets=tuple(t.name for t in steps.targets), gated=gate
+    )
 
 
 def reserved_claim_error(path: str) -> errors.FieldError:

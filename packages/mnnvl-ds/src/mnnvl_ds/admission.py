@@ -1,0 +1,181 @@
+"""Admission webhooks: DisaggregatedSet stamping, validation and placement advice; refusal of new or scaled-up
+slice-scope LeaderWorkerSets of a DisaggregatedSet while the gate is off or their domain's name is taken; claim
+injection into slice-scope pods.
+
+Each handler turns the request into a pure decision (`decisions`) and answers with one patch or one error.
+Webhooks have no side effects: they never write to the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from mnnvl_api import errors, keys, names
+from mnnvl_api.decisions import domains, enrollment, injection
+from mnnvl_runtime import admission, kube, operator
+
+from . import decisions, planner, state
+
+log = logging.getLogger(__name__)
+DS = (keys.DS_GROUP, keys.DS_VERSION, keys.DS_PLURAL)
+LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
+
+AVAILABILITY = admission.ApiAvailability()
+
+
+@kopf.on.mutate(*DS, id="mutate-disaggregatedset", registry=state.registry)
+def mutate_disaggregatedset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+    operation: str | None = kwargs.get("operation")
+    with admission.measured("mutate-disaggregatedset", operation) as outcome:
+        context = operator.context_of(memo)
+        env = AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
+        operations = decisions.ds_patch(dict(body), env)
+        if operations:
+            patch.fns.append(admission.transform(operations))
+            outcome.result = "patched"
+
+
+@kopf.on.validate(*DS, id="validate-disaggregatedset", registry=state.registry)
+def validate_disaggregatedset(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
+    operation: str | None = kwargs.get("operation")
+    old: kopf.Body | None = kwargs.get("old")
+    with admission.measured("validate-disaggregatedset", operation):
+        if operation == "DELETE":
+            return
+        context = operator.context_of(memo)
+        env = AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
+        ds = dict(body)
+        found = decisions.ds_errors(ds, dict(old) if old else None, env)
+        if found:
+            raise admission.reject(found)
+        warnings.extend(decisions.ds_warnings(ds))
+
+
+# async: its fresh reads are awaited on the client's own pool instead of holding one of kopf's threads.
+@kopf.on.validate(*LWS, id="validate-leaderworkerset", registry=state.registry)
+async def validate_leaderworkerset(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    operation: str | None = kwargs.get("operation")
+    old: kopf.Body | None = kwargs.get("old")
+    with admission.measured("validate-leaderworkerset", operation):
+        if operation not in ("CREATE", "UPDATE"):
+            return
+        context = operator.context_of(memo)
+        found = await child_errors(
+            context.client, dict(body), dict(old) if old else None, gate_enabled=context.gate_enabled
+        )
+        if found:
+            raise admission.reject(found, code=403)
+
+
+async def child_errors(
+    client: kube.Api, lws: dict[str, Any], old: dict[str, Any] | None, *, gate_enabled: bool
+) -> list[errors.FieldError]:
+    """The LeaderWorkerSet webhook's decision, with the fresh reads it rests on: the ComputeDomain its (slice,
+    revision) gets, and, while the gate is off, whether its DisaggregatedSet still enrolls its role."""
+    meta = lws.get("metadata") or {}
+    position = decisions.position_of(meta)
+    if position is None or not decisions.in_slice_scope(lws):
+        return []
+    namespace = meta.get("namespace", "")
+    found = await client.aget(
+        keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, position.domain, namespace=namespace
+    )
+    role_enrolled = False
+    if not gate_enabled:
+        fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, position.ds, namespace=namespace)
+        model = decisions.parse(fresh) if fresh is not None else None
+        role_enrolled = model is not None and (
+            enrollment.enroll_roles(model).scopes.get(position.role) is enrollment.RoleScope.SLICE
+        )
+    return decisions.child_errors(
+        lws,
+        old,
+        gate_enabled=gate_enabled,
+        role_enrolled=role_enrolled,
+        domain=domains.facts_of(found) if found is not None else None,
+    )
+
+
+# async: it reads the watch stores, which only the event loop thread may touch.
+@kopf.on.mutate("pods", id="mutate-pod", registry=state.registry)
+async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+    operation: str | None = kwargs.get("operation")
+    with admission.measured("mutate-pod", operation) as outcome:
+        context = operator.context_of(memo)
+        if operation != "CREATE" or not context.gate_enabled:
+            return
+        pod = dict(body)
+        admitted = await admit_pod(context.client, state.STORES, pod)
+        if admitted.patch:
+            patch.fns.append(admission.transform(admitted.patch))
+            outcome.result = "patched"
+            log.info(
+                "pod admitted",
+                extra={
+                    "namespace": pod["metadata"].get("namespace", ""),
+                    "pod": pod["metadata"].get("name"),
+                    "compute_domain": admitted.domain,
+                    "containers": list(admitted.targets),
+                    "gated": admitted.gated,
+                },
+            )
+
+
+async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
+    """The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
+
+    The pod joins the domain of its LeaderWorkerSet's (slice, revision) when that LeaderWorkerSet is in the slice
+    scope and its DisaggregatedSet opted in; otherwise it is left alone (no claim, and no gate that nothing would
+    lift). The LeaderWorkerSet and the DisaggregatedSet come from the stores, read afresh when the stores do not
+    know them (yet). The domain is read afresh: a condemned or deleting one admits no one, and only a ready one
+    lets the pod run at once (else it is gated)."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    lws_name = (meta.get("labels") or {}).get(keys.LWS_NAME_LABEL)
+    if not lws_name:
+        path = f"metadata.labels[{keys.LWS_NAME_LABEL}]"
+        raise admission.reject(
+            [errors.forbidden(path, "a slice-scope pod must belong to a LeaderWorkerSet of a DisaggregatedSet")]
+        )
+    child = stores.child(namespace, lws_name)
+    if child is None:
+        fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws_name, namespace=namespace)
+        if fresh is None:
+            raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
+        child = state.child_facts(fresh)
+    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
+    if child is None or workload is None:
+        return injection.PodAdmission(patch=[], errors=[])
+    domain = planner.domain_name(workload.name, (child.slice, child.revision))
+    ready = await admission.bindable(
+        client,
+        namespace,
+        domain,
+        owner_uid=workload.uid,
+        manager=planner.MANAGER,
+        template_exists=stores.shared.template_exists(namespace, names.claim_template_name(domain)),
+    )
+    admitted = decisions.admit_pod(pod, domain=domain, domain_ready=ready)
+    if admitted.errors:
+        raise admission.reject(admitted.errors)
+    return admitted
+
+
+async def _opted_in_workload(
+    client: kube.Api, stores: state.Stores, namespace: str, child: planner.Child
+) -> planner.Workload | None:
+    """The DisaggregatedSet that controls `child`, when it opted in: from the stores, confirmed afresh when they
+    say no (they may lag behind an opt-in or a new DisaggregatedSet)."""
+
+    def fits(workload: planner.Workload | None) -> bool:
+        return workload is not None and workload.uid == child.owner_uid and workload.opted_in
+
+    known = stores.workload(namespace, child.ds_name)
+    if fits(known):
+        return known
+    fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, child.ds_name, namespace=namespace)
+    found = state.workload_facts(fresh) if fresh is not None else None
+    return found if fits(found) else None

@@ -1,0 +1,56 @@
+"""Applies a slice-scope plan through the shared executor (`mnnvl_runtime.executing`): which domains the plan
+may touch, and what the events on the DisaggregatedSet say."""
+
+from __future__ import annotations
+
+from mnnvl_api import keys
+from mnnvl_api.decisions import domains as facts
+from mnnvl_api.decisions import plans
+from mnnvl_runtime import domains, executing, kube
+
+from . import planner
+
+
+class Executor:
+    def __init__(self, writer: domains.DomainWriter) -> None:
+        self.applying = executing.Executor(writer)
+
+    async def apply(self, snapshot: planner.Snapshot, plan: plans.Plan) -> float | None:
+        """Apply `plan`; returns in how many seconds this DisaggregatedSet must be looked at again (a deletion
+        fence), if so."""
+
+        def ours(domain: facts.DomainFacts) -> bool:
+            return planner.is_ours(domain, snapshot.ds_name)
+
+        def created(domain: plans.DomainToCreate) -> str:
+            labels = domain.labels
+            return (
+                f"Created ComputeDomain {domain.name} for slice {labels[keys.SLICE_LABEL]} at revision "
+                f"{labels[keys.REVISION_LABEL]}"
+            )
+
+        def deleted(name: str) -> tuple[str, str]:
+            domain = snapshot.domains[name]
+            gone = snapshot.workload is None or snapshot.workload.uid != domain.owner_uid
+            return (
+                "workload_deleted" if gone else "obsolete",
+                f"Deleted ComputeDomain {name}: no LeaderWorkerSet of slice {domain.slice} at revision "
+                f"{domain.revision} remains and no pod uses it",
+            )
+
+        workload = executing.Workload(
+            namespace=snapshot.namespace,
+            reference=_workload_ref(snapshot),
+            belongs=ours,
+            created=created,
+            deleted=deleted,
+        )
+        return await self.applying.apply(plan, workload)
+
+
+def _workload_ref(snapshot: planner.Snapshot) -> kube.Object | None:
+    if snapshot.workload is None:
+        return None
+    return domains.involved(
+        keys.DS_API_VERSION, keys.DS_KIND, snapshot.namespace, snapshot.ds_name, snapshot.workload.uid
+    )

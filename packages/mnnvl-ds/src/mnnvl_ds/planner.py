@@ -1,0 +1,270 @@
+"""Reconciliation of one DisaggregatedSet's slice ComputeDomains: a snapshot in, a plan out. No I/O, no clock.
+
+Rules (the user contract):
+- each (slice, revision) that has a LeaderWorkerSet of an enrolled role (its templates carry the slice stamp)
+  of a live, opted-in DisaggregatedSet has one domain, created as soon as that LeaderWorkerSet exists, before
+  its pods run; every enrolled role of the slice and revision shares it;
+- a domain with the generated name that this DisaggregatedSet does not manage is never adopted: warn, and the
+  slice stays unscaled (its LeaderWorkerSets are refused at admission) with its pods gated; the warning also
+  names such a domain for a slice whose LeaderWorkerSets were refused, as far as its revision can be told;
+- release pods to the scheduler once their slice's domain is ready;
+- a domain is obsolete once no LeaderWorkerSet of this DisaggregatedSet remains for its (slice, revision) (a
+  rollout drained the revision, `slices` shrank) or the DisaggregatedSet is gone; it goes (by the fenced
+  deletion) only when no non-terminal pod holds its claim or records it, and then its protection finalizer is
+  let go;
+- only domains that are ours by identity are ever deleted, marked or released;
+- with the feature gate disabled, do nothing at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mnnvl_api import events, keys, names
+from mnnvl_api.decisions import domains, plans
+
+MANAGER = keys.DS_CONTROLLER
+#: A (slice, revision) of a DisaggregatedSet.
+SliceRevision = tuple[int, str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The DisaggregatedSet, as far as its domains are concerned."""
+
+    namespace: str
+    name: str
+    uid: str
+    deleting: bool = False
+    #: Some role is enrolled in slice ComputeDomains, by the set's annotation or its own.
+    opted_in: bool = True
+    #: `spec.slices`: slices 0 to slices - 1 exist, or are to be created.
+    slices: int = 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Child:
+    """A LeaderWorkerSet that the DisaggregatedSet controls: one (slice, revision, role)."""
+
+    name: str
+    #: The DisaggregatedSet that controls it (its controller reference), by name and uid.
+    ds_name: str
+    owner_uid: str
+    slice: int
+    revision: str
+    role: str
+    #: Its templates carry the slice stamp: its pods join the slice's domain.
+    slice_scope: bool
+    deleting: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodFacts:
+    name: str
+    uid: str
+    #: The domain recorded on the pod at admission (None: it joins none).
+    domain: str | None
+    #: Where the ComputeDomain scheduling gate sits in `spec.schedulingGates` (None: not gated by us).
+    gate_at: int | None
+    terminal: bool
+    deleting: bool
+    #: The pod has containers that should hold the channel claim but holds none (admitted without our webhook).
+    missing_claim: bool = False
+
+    @property
+    def gated(self) -> bool:
+        return self.gate_at is not None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    namespace: str
+    ds_name: str
+    workload: Workload | None  # None once the DisaggregatedSet is gone
+    children: tuple[Child, ...]
+    pods: tuple[PodFacts, ...]
+    #: Every domain of this DisaggregatedSet's name (ours or not), the domains named for its slices and
+    #: revisions, and those its pods record, by name.
+    domains: dict[str, domains.DomainFacts]
+    existing_templates: frozenset[str]
+    templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
+    domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
+    gate_enabled: bool
+
+
+def domain_name(ds_name: str, position: SliceRevision) -> str:
+    return names.slice_domain_name(ds_name, *position)
+
+
+def domain_labels(workload: Workload, position: SliceRevision) -> dict[str, str]:
+    return {
+        keys.OWNER_UID_LABEL: workload.uid,
+        keys.MANAGED_BY_LABEL: MANAGER,
+        keys.SCOPE_LABEL: keys.SCOPE_SLICE,
+        keys.WORKLOAD_NAME_LABEL: workload.name,
+        keys.SLICE_LABEL: str(position[0]),
+        keys.REVISION_LABEL: position[1],
+    }
+
+
+def position_of(domain: domains.DomainFacts) -> SliceRevision | None:
+    """The (slice, revision) a domain's labels say it serves; None when they say none."""
+    if domain.slice is None or not domain.slice.isdigit() or not domain.revision:
+        return None
+    return int(domain.slice), domain.revision
+
+
+def is_ours(domain: domains.DomainFacts, ds_name: str) -> bool:
+    """Created by mnnvl-ds for a (slice, revision) of the DisaggregatedSet of this name (any incarnation of it):
+    the API server records us as the creator, and the name is exactly what the slice scope derives from the
+    domain's labels."""
+    position = position_of(domain)
+    return (
+        domain.managed_by == MANAGER
+        and domain.created_by == MANAGER
+        and domain.owner_uid is not None
+        and domain.workload == ds_name
+        and position is not None
+        and domain.name == domain_name(ds_name, position)
+        and domain.claim_template == names.claim_template_name(domain.name)
+    )
+
+
+def active_positions(snapshot: Snapshot) -> set[SliceRevision]:
+    """The (slice, revision)s whose pods join a domain: those with a live slice-scope LeaderWorkerSet of the
+    current DisaggregatedSet."""
+    workload = snapshot.workload
+    if workload is None:
+        return set()
+    return {
+        (child.slice, child.revision)
+        for child in snapshot.children
+        if child.slice_scope and not child.deleting and child.owner_uid == workload.uid
+    }
+
+
+def known_revisions(snapshot: Snapshot) -> set[str]:
+    """The revisions the set's LeaderWorkerSets and domains carry: the only ones whose domain names can be told."""
+    return {child.revision for child in snapshot.children} | {
+        domain.revision
+        for domain in snapshot.domains.values()
+        if domain.revision and domain.workload == snapshot.ds_name
+    }
+
+
+def blocked_positions(snapshot: Snapshot) -> set[SliceRevision]:
+    """The (slice, revision)s the set is to have but has no LeaderWorkerSet of, which may be because their
+    creation is refused (a foreign domain holds their domain's name): at a revision a current LeaderWorkerSet
+    carries, or in a slice that has none at all. Upstream's revision hash cannot be computed here, so a
+    revision no LeaderWorkerSet or domain of the set carries yet is not among them."""
+    workload = snapshot.workload
+    if workload is None or workload.deleting:
+        return set()
+    current = [child for child in snapshot.children if child.owner_uid == workload.uid]
+    present = {(child.slice, child.revision) for child in current}
+    current_revisions = {child.revision for child in current}
+    populated = {child.slice for child in current}
+    return {
+        (slice_index, revision)
+        for slice_index in range(workload.slices)
+        for revision in known_revisions(snapshot)
+        if (slice_index, revision) not in present and (revision in current_revisions or slice_index not in populated)
+    }
+
+
+def plan(snapshot: Snapshot) -> plans.Plan:
+    if not snapshot.gate_enabled:
+        return plans.Plan()
+    workload = snapshot.workload
+    active = active_positions(snapshot)
+    create: list[plans.DomainToCreate] = []
+    warnings: list[plans.Warning] = []
+    ready: set[str] = set()
+    if workload is not None:
+        for position in sorted(active):
+            name = domain_name(snapshot.ds_name, position)
+            found = snapshot.domains.get(name)
+            if found is None:
+                if workload.opted_in and not workload.deleting:
+                    create.append(_to_create(workload, position))
+            elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
+                warnings.append(_foreign(workload, position, found))
+            elif domains.is_ready(
+                found,
+                owner_uid=workload.uid,
+                manager=MANAGER,
+                template_exists=names.claim_template_name(name) in snapshot.existing_templates,
+            ):
+                ready.add(name)
+        for position in sorted(blocked_positions(snapshot)):
+            found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
+            if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
+                warnings.append(_foreign(workload, position, found))
+        if workload.opted_in and not workload.deleting:
+            warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
+    ungate = tuple(
+        plans.PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
+        for p in snapshot.pods
+        if p.gated and not p.terminal and not p.deleting and p.domain in ready
+    )
+    # Whatever a live pod records stays: a domain is never deleted under a pod.
+    recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
+    remaining = {(child.owner_uid, child.slice, child.revision) for child in snapshot.children}
+    delete: list[str] = []
+    uncondemn: list[str] = []
+    release: list[str] = []
+    for name, found in sorted(snapshot.domains.items()):
+        served = position_of(found)
+        if served is None or not is_ours(found, snapshot.ds_name):
+            continue
+        current = workload is not None and workload.uid == found.owner_uid
+        wanted = current and (found.owner_uid, *served) in remaining
+        in_use = found.claim_template in snapshot.templates_in_use or name in recorded
+        if wanted or in_use:
+            if found.condemned and not found.deleting:
+                uncondemn.append(name)
+            continue
+        if not found.deleting:
+            delete.append(name)
+        elif domains.may_release(found, template_in_use=in_use):
+            release.append(name)
+    return plans.Plan(
+        create=tuple(create),
+        ungate=ungate,
+        delete=tuple(delete),
+        uncondemn=tuple(uncondemn),
+        release=tuple(release),
+        warnings=tuple(warnings),
+    )
+
+
+def _to_create(workload: Workload, position: SliceRevision) -> plans.DomainToCreate:
+    name = domain_name(workload.name, position)
+    return plans.DomainToCreate(
+        name=name,
+        namespace=workload.namespace,
+        claim_template=names.claim_template_name(name),
+        labels=domain_labels(workload, position),
+    )
+
+
+def _foreign(workload: Workload, position: SliceRevision, found: domains.DomainFacts) -> plans.Warning:
+    return plans.Warning(
+        reason=events.UNEXPECTED_OWNER_REASON,
+        message=(
+            f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
+            f"and slice {position[0]} (revision {position[1]}) stays unscaled, its pods gated: delete or rename "
+            "that ComputeDomain"
+        ),
+    )
+
+
+def _missing_claim(workload: Workload, pod: PodFacts) -> plans.Warning:
+    return plans.Warning(
+        reason=events.POD_WITHOUT_CHANNEL_CLAIM_REASON,
+        message=(
+            f"Pod {pod.name} of DisaggregatedSet {workload.name} has GPU containers but no ComputeDomain channel "
+            "claim (it was created while the mnnvl-ds pod webhook was not registered or not reachable): delete "
+            "the pod so it is created again with its claim"
+        ),
+    )

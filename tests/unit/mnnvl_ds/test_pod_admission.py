@@ -1,0 +1,196 @@
+"""The slice-scope pod webhook: pods of enrolled roles get the channel claim in their target containers and are
+gated until their slice's domain is ready; pods of anything else are left alone."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import jsonpatch
+import kopf
+import pytest
+
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import injection
+from mnnvl_ds import admission, decisions, state
+
+from ..mnnvl_api import pods
+from ..safety.memory_api import MemoryApi
+from . import build
+
+D0 = build.domain_name(0)
+GATE = {"name": keys.SCHEDULING_GATE}
+
+
+def admitted(pod: dict[str, Any], result: injection.PodAdmission) -> dict[str, Any]:
+    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(pod), result.patch)
+    return patched
+
+
+# --- the pure decision -----------------------------------------------------------------------------------
+
+
+def test_a_pod_joining_a_ready_domain_gets_the_claim_in_its_gpu_containers_and_runs_at_once() -> None:
+    pod = build.pod(build.child())
+    result = decisions.admit_pod(pod, domain=D0, domain_ready=True)
+    after = admitted(pod, result)
+    assert after["spec"]["resourceClaims"] == [
+        {"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": names.claim_template_name(D0)}
+    ]
+    assert [c.get("resources", {}).get("claims") for c in after["spec"]["containers"]] == [
+        [{"name": keys.CHANNEL_CLAIM_NAME}],
+        None,
+    ]
+    assert after["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] == D0
+    assert "schedulingGates" not in after["spec"]
+    assert (result.domain, result.targets, result.gated) == (D0, ("vllm",), False)
+
+
+def test_a_pod_joining_a_domain_that_is_not_ready_is_gated() -> None:
+    pod = build.pod(build.child())
+    result = decisions.admit_pod(pod, domain=D0, domain_ready=False)
+    assert admitted(pod, result)["spec"]["schedulingGates"] == [GATE]
+    assert result.gated
+
+
+def test_named_containers_are_targeted_exactly() -> None:
+    pod = build.pod(build.child(), spec=pods.dra_gpu_spec(), annotations=pods.dra_gpu_annotations("vllm"))
+    assert decisions.admit_pod(pod, domain=D0, domain_ready=True).targets == ("vllm",)
+
+
+def test_restartable_init_containers_requesting_gpus_are_targeted() -> None:
+    pod = build.pod(build.child(), spec=pods.restartable_init_spec())
+    assert decisions.admit_pod(pod, domain=D0, domain_ready=True).targets == ("vllm", "nixl-agent")
+
+
+def test_a_cpu_only_pod_records_its_domain_without_a_claim() -> None:
+    pod = build.pod(build.child(), spec=pods.cpu_leader_spec())
+    after = admitted(pod, decisions.admit_pod(pod, domain=D0, domain_ready=True))
+    assert after["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] == D0
+    assert "resourceClaims" not in after["spec"]
+
+
+def test_admission_is_idempotent() -> None:
+    pod = build.pod(build.child())
+    once = admitted(pod, decisions.admit_pod(pod, domain=D0, domain_ready=False))
+    assert decisions.admit_pod(once, domain=D0, domain_ready=False).patch == []
+
+
+def test_a_recorded_domain_that_is_not_the_slices_is_refused() -> None:
+    pod = build.pod(build.child(), annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "llm-serving-1-3f9a0c2e"})
+    [error] = decisions.admit_pod(pod, domain=D0, domain_ready=True).errors
+    assert str(error) == (
+        'metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-name]: Invalid value: "llm-serving-1-3f9a0c2e": '
+        f"not the ComputeDomain of this pod's slice and revision ({D0}); remove the annotation, it is set automatically"
+    )
+
+
+def test_a_missing_named_container_is_refused_naming_it() -> None:
+    pod = build.pod(build.child(), annotations=pods.dra_gpu_annotations("proxy"))
+    [error] = decisions.admit_pod(pod, domain=D0, domain_ready=True).errors
+    assert str(error) == (
+        'metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: Invalid value: "proxy": '
+        'no container named "proxy" (containers: "vllm", "routing-proxy"); name existing containers only'
+    )
+
+
+# --- with the reads it rests on ----------------------------------------------------------------------------
+
+
+def api_with(*objects: tuple[str, dict[str, Any]]) -> MemoryApi:
+    api = MemoryApi()
+    for plural, body in objects:
+        api.put(plural, copy.deepcopy(body), manager="kubectl")
+    return api
+
+
+def admit(api: MemoryApi, pod: dict[str, Any], stores: state.Stores | None = None) -> injection.PodAdmission:
+    return asyncio.run(admission.admit_pod(api.client(keys.DS_CONTROLLER), stores or state.Stores(), pod))
+
+
+def owned_child(api: MemoryApi, **kwargs: Any) -> dict[str, Any]:
+    """A child LWS of the DisaggregatedSet stored in `api` (owned by its uid), stored too."""
+    stored = api.get(keys.DS_PLURAL, build.NS, build.DS)
+    assert stored is not None
+    lws = build.child(owner_uid=stored["metadata"]["uid"], **kwargs)
+    api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="disaggregatedset-controller")
+    return lws
+
+
+def test_a_pod_of_an_enrolled_role_is_gated_until_its_domain_exists_even_before_the_stores_know_anything() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    result = admit(api, build.pod(owned_child(api)))
+    assert (result.domain, result.targets, result.gated) == (D0, ("vllm",), True)
+
+
+def test_a_pod_joins_its_ready_domain_ungated() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = owned_child(api)
+    stored = api.get(keys.DS_PLURAL, build.NS, build.DS)
+    assert stored is not None
+    domain = build.domain_object(owner_uid=stored["metadata"]["uid"])
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain, manager=keys.DS_CONTROLLER)
+    stores = state.Stores()
+    for template in api.all("resourceclaimtemplates"):
+        stores.template_mirror.observe(template, deleted=False)
+    result = admit(api, build.pod(lws), stores)
+    assert (result.domain, result.gated) == (D0, False)
+
+
+@pytest.mark.parametrize(
+    ("ds", "child_kwargs"),
+    [
+        pytest.param(build.ds(), {}, id="set-opted-out-since"),
+        pytest.param(build.seed_example(), {"stamped": False}, id="role-not-in-the-slice-scope"),
+    ],
+)
+def test_a_pod_of_anything_else_is_left_alone(ds: dict[str, Any], child_kwargs: dict[str, Any]) -> None:
+    api = api_with((keys.DS_PLURAL, ds))
+    lws = owned_child(api, **child_kwargs)
+    pod = build.pod(lws)
+    pod["metadata"]["labels"][keys.SCOPE_LABEL] = keys.SCOPE_SLICE
+    assert admit(api, pod) == injection.PodAdmission(patch=[], errors=[])
+
+
+def test_a_pod_of_a_leaderworkerset_of_a_previous_set_of_that_name_is_left_alone() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = build.child(owner_uid="previous-incarnation")
+    api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="disaggregatedset-controller")
+    assert admit(api, build.pod(lws)).patch == []
+
+
+def test_a_pod_is_not_admitted_onto_a_condemned_domain() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = owned_child(api)
+    domain = build.domain_object()
+    domain["metadata"]["annotations"] = {keys.CONDEMNED_ANNOTATION: keys.DS_CONTROLLER}
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain, manager=keys.DS_CONTROLLER)
+    with pytest.raises(kopf.AdmissionError, match=f"ComputeDomain {D0} is about to be deleted"):
+        admit(api, build.pod(lws))
+
+
+def test_a_pod_of_a_leaderworkerset_no_set_controls_is_left_alone() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = build.child(owned=False)
+    api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="kubectl")
+    assert admit(api, build.pod(lws)) == injection.PodAdmission(patch=[], errors=[])
+
+
+def test_a_pod_of_a_leaderworkerset_not_found_is_deferred() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    with pytest.raises(kopf.AdmissionError, match="is not found; the pod is created again by its controller"):
+        admit(api, build.pod(build.child()))
+
+
+def test_a_slice_scope_pod_outside_any_leaderworkerset_is_refused() -> None:
+    pod = build.pod(build.child())
+    del pod["metadata"]["labels"][keys.LWS_NAME_LABEL]
+    with pytest.raises(kopf.AdmissionError, match="a slice-scope pod must belong to a LeaderWorkerSet"):
+        admit(MemoryApi(), pod)
+
+
+def test_a_pod_of_a_legacy_leaderworkerset_without_a_slice_label_joins_slice_0() -> None:
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = owned_child(api, slice_index=None)
+    assert admit(api, build.pod(lws)).domain == D0
