@@ -3,6 +3,8 @@ the DRA simulator tears ComputeDomains down the way the NVIDIA driver does."""
 
 from __future__ import annotations
 
+import collections
+import re
 from typing import Any
 
 from mnnvl_api import keys
@@ -75,8 +77,12 @@ def test_the_api_server_reports_the_version_it_was_built_from(api: kube.Kube) ->
 def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: kube.Kube, testbed: cluster.Testbed) -> None:
     nodes = api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
     assert len(nodes) == testbed.nodes
-    cliques = {node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes}
-    assert len(cliques) == -(-testbed.nodes // manifests.NODES_PER_CLIQUE)
+    cliques = collections.Counter(node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes)
+    assert len(cliques) == testbed.cliques
+    assert max(cliques.values()) == testbed.nodes_per_clique
+    assert all(
+        re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.\d+", clique) for clique in cliques
+    )
     for node in nodes:
         assert node["status"]["allocatable"][keys.GPU_RESOURCE] == "4"
         assert not node["spec"].get("taints")
@@ -198,8 +204,13 @@ def test_a_disaggregatedset_gets_child_leaderworkersets_and_pods_from_upstream(a
         state=testing.state_of(children),
         timeout=90,
     )
-    assert {item["metadata"]["labels"][keys.DS_ROLE_LABEL] for item in found} == {"prefill", "decode"}
+    [revision] = {item["metadata"]["labels"][keys.DS_REVISION_LABEL] for item in found}
+    assert sorted(item["metadata"]["name"] for item in found) == [
+        f"llm-0-{revision}-decode",
+        f"llm-0-{revision}-prefill",
+    ]
     for item in found:
+        assert item["metadata"]["labels"][keys.DS_SLICE_LABEL] == "0"
         owner = item["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["controller"]) == ("DisaggregatedSet", "llm", True)
     wait_running(api, ns, 3, "3 pods Running (prefill 1 group of 2, decode 1 group of 1)")
