@@ -20,6 +20,9 @@ DS_NAME = "llm"
 ROLES = ("prefill", "decode")
 SIZES = {"prefill": 2, "decode": 1}  # one replica per role: 3 pods per slice
 PODS_PER_SLICE = sum(SIZES.values())
+#: Set by upstream on an old revision's children when a rollout starts: their replicas then.
+INITIAL_REPLICAS_ANNOTATION = "disaggregatedset.x-k8s.io/initial-replicas"
+HOLD_FINALIZER = "mnnvl-testbed.test/hold-deletion"
 
 
 def role(name: str, image: str) -> dict[str, Any]:
@@ -51,7 +54,7 @@ def ds_path(ns: str) -> str:
 
 
 def children(api: kube.Kube, ns: str) -> dict[str, dict[str, str]]:
-    """Child LeaderWorkerSet name → its (slice, revision, role) labels and replicas."""
+    """Each child LeaderWorkerSet not being deleted: name → its (slice, revision, role) labels and replicas."""
     return {
         lws["metadata"]["name"]: {
             "slice": lws["metadata"]["labels"][keys.DS_SLICE_LABEL],
@@ -60,6 +63,7 @@ def children(api: kube.Kube, ns: str) -> dict[str, dict[str, str]]:
             "replicas": str(lws["spec"]["replicas"]),
         }
         for lws in api.list_objects(LWS_API, "leaderworkersets", namespace=ns)
+        if not lws["metadata"].get("deletionTimestamp")
     }
 
 
@@ -127,19 +131,35 @@ def cliques_by_slice(api: kube.Kube, pods: list[kube.Object]) -> dict[str, set[s
     return dict(by_slice)
 
 
-def event_messages(api: kube.Kube, ns: str, reason: str) -> set[str]:
-    """The distinct messages of the DisaggregatedSet's events with `reason` (repeats are folded into a series)."""
-    events = api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={reason}")
-    return {event["message"] for event in events if event["involvedObject"]["name"] == DS_NAME}
+def hold_deletion(api: kube.Kube, ns: str, names: list[str]) -> None:
+    """Keep these LeaderWorkerSets readable once deleted, to see the state they were deleted in."""
+    for name in names:
+        path = kube.path_of(LWS_API, "leaderworkersets", namespace=ns, name=name)
+        api.request("PATCH", path, body={"metadata": {"finalizers": [HOLD_FINALIZER]}}, content_type=kube.MERGE_PATCH)
 
 
-def wait_event_messages(api: kube.Kube, ns: str, reason: str, expected: set[str]) -> None:
-    testing.wait_for(
-        lambda: event_messages(api, ns, reason) == expected,
-        what=f"{reason} events {sorted(expected)}",
-        state=lambda: sorted(event_messages(api, ns, reason)),
-        timeout=60,
+def wait_deleted_as_held(api: kube.Kube, ns: str, names: list[str]) -> dict[str, kube.Object]:
+    def deleted() -> dict[str, kube.Object] | None:
+        found = {lws["metadata"]["name"]: lws for lws in api.list_objects(LWS_API, "leaderworkersets", namespace=ns)}
+        held = {name: found[name] for name in names if name in found}
+        return (
+            held
+            if len(held) == len(names) and all(lws["metadata"].get("deletionTimestamp") for lws in held.values())
+            else None
+        )
+
+    return testing.wait_for(
+        deleted,
+        what=f"{names} deleted by the DisaggregatedSet controller",
+        state=testing.state_of(lambda: api.list_objects(LWS_API, "leaderworkersets", namespace=ns)),
+        timeout=240,
     )
+
+
+def release(api: kube.Kube, ns: str, names: list[str]) -> None:
+    for name in names:
+        path = kube.path_of(LWS_API, "leaderworkersets", namespace=ns, name=name)
+        api.request("PATCH", path, body={"metadata": {"finalizers": None}}, content_type=kube.MERGE_PATCH)
 
 
 def test_two_slices_get_a_child_per_role_each_on_a_clique_of_its_own(api: kube.Kube, ns: str) -> None:
@@ -166,6 +186,8 @@ def test_two_slices_get_a_child_per_role_each_on_a_clique_of_its_own(api: kube.K
 
     # A new image in one role is a new revision of the whole set: each slice gets the new revision's children
     # for every role, and the old ones are drained to zero, then deleted.
+    old_children = sorted(lws["metadata"]["name"] for lws in found)
+    hold_deletion(api, ns, old_children)
     image = "/spec/roles/0/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/image"
     api.request(
         "PATCH",
@@ -177,30 +199,25 @@ def test_two_slices_get_a_child_per_role_each_on_a_clique_of_its_own(api: kube.K
         content_type=kube.JSON_PATCH,
     )
     rolled = wait_children(api, ns, slices=2, not_revision=revision)
+    deleted = wait_deleted_as_held(api, ns, old_children)
+    assert {name: lws["spec"]["replicas"] for name, lws in deleted.items()} == dict.fromkeys(old_children, 0)
+    assert {lws["metadata"]["annotations"][INITIAL_REPLICAS_ANNOTATION] for lws in deleted.values()} == {"1"}
+    release(api, ns, old_children)
     second = wait_pods(api, ns, rolled, slices=2)
-    assert {
+    prefill_images = {
         pod["spec"]["containers"][0]["image"]
         for pod in second
         if pod["metadata"]["labels"][keys.DS_ROLE_LABEL] == "prefill"
-    } == {"registry.example/vllm:2"}
+    }
+    assert prefill_images == {"registry.example/vllm:2"}
     assert cliques_by_slice(api, second) == placed  # the surge shared each slice's clique with the old revision
-    wait_event_messages(
-        api,
-        ns,
-        "LWSDeleted",
-        {f"Deleted drained LWS {DS_NAME}-{slice_index}-{revision}-{name}" for slice_index in (0, 1) for name in ROLES},
-    )
 
-    # Fewer slices: the removed slice's children go at once; the remaining slice is left alone.
+    # Fewer slices: the removed slice's children go; the remaining slice is left alone.
     kept = {pod["metadata"]["uid"] for pod in second if pod["metadata"]["labels"][keys.DS_SLICE_LABEL] == "0"}
     api.request("PATCH", ds_path(ns), body={"spec": {"slices": 1}}, content_type=kube.MERGE_PATCH)
     assert wait_children(api, ns, slices=1) == rolled
     remaining = wait_pods(api, ns, rolled, slices=1)
     assert {pod["metadata"]["uid"] for pod in remaining} == kept
-    wait_event_messages(
-        api,
-        ns,
-        "LWSDeleted",
-        {f"Deleted drained LWS {DS_NAME}-{slice_index}-{revision}-{name}" for slice_index in (0, 1) for name in ROLES}
-        | {f"Deleted LWS {DS_NAME}-1-{rolled}-{name} for removed slice 1" for name in ROLES},
-    )
+    assert sorted(lws["metadata"]["name"] for lws in api.list_objects(LWS_API, "leaderworkersets", namespace=ns)) == [
+        f"{DS_NAME}-0-{rolled}-{name}" for name in sorted(ROLES)
+    ]

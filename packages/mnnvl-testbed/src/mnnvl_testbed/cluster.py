@@ -167,6 +167,9 @@ def status(state_dir: pathlib.Path) -> dict[str, Any]:
     if testbed is not None:
         report["kubeconfig"] = str(testbed.kubeconfig)
         report["apiserver_ready"] = _apiserver_ready(testbed)
+        report["versions"] = testbed.components
+        report["nodes"] = {"count": testbed.nodes, "per_clique": testbed.nodes_per_clique}
+        report["crds"] = {"computedomain": testbed.computedomain_crd, "topology": testbed.topology_crds}
     return report
 
 
@@ -207,12 +210,11 @@ def up(
         if existing.components == versions.component_versions():
             return _reuse(existing, nodes, nodes_per_clique, computedomain_crd, topology_crds, echo=echo)
         _say(echo, f"the testbed in {state_dir} runs {existing.components or 'older versions'}; restarting it")
-    down(state_dir)
-    if api_server_only:
-        binaries = building.ensure_binaries((versions.ETCD, versions.KUBE_APISERVER))
-    else:
+    if not api_server_only:
         _check_third_party(computedomain_crd, topology_crds)
-        binaries = building.ensure_binaries()
+    down(state_dir)
+    tools = (versions.ETCD, versions.KUBE_APISERVER) if api_server_only else versions.ALL_TOOLS
+    binaries = building.ensure_binaries(tools)
     built = time.monotonic()
     state_dir.mkdir(parents=True, exist_ok=True)
     supervisor = processes.Supervisor(state_dir)
