@@ -6,7 +6,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, controllers, testing
+from mnnvl_testbed import cluster, controllers, testing, versions
 
 from . import workloads
 
@@ -16,6 +16,18 @@ def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
     """mnnvl-lws and mnnvl-guardian from this source tree, gate enabled, webhooks registered."""
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
     return controllers.start_lws(testbed, gate=True)
+
+
+@pytest.fixture(
+    params=[versions.COMPUTE_DOMAIN_CRD, versions.LEGACY_COMPUTE_DOMAIN_CRD],
+    ids=[f"driver-{release}" for release in (versions.COMPUTE_DOMAIN_CRD, versions.LEGACY_COMPUTE_DOMAIN_CRD)],
+)
+def computedomain_crd(testbed: cluster.Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The driver's ComputeDomain CRD at each release the controllers support: its main branch (numNodes optional)
+    and v25.12.0 (numNodes required), switched in place under the running controllers as a driver upgrade would."""
+    release: str = request.param
+    with testing.computedomain_crd(testbed, release):
+        yield release
 
 
 @pytest.fixture

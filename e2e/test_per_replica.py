@@ -8,15 +8,18 @@ import yaml
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, processes, testing
+from mnnvl_testbed import cluster, crds, processes, testing, versions
 
 from . import workloads
 
 SEED_EXAMPLE = pathlib.Path(__file__).parents[1] / "packages/mnnvl-testbed/src/mnnvl_testbed/examples/deepseek-r1.yaml"
 
 
-def test_lws_creates_a_dedicated_compute_domain_for_each_replica(api: kube.Kube, ns: str) -> None:
+def test_lws_creates_a_dedicated_compute_domain_for_each_replica(
+    api: kube.Kube, ns: str, computedomain_crd: str
+) -> None:
     """LWS creates a dedicated ComputeDomain (numNodes: 0) for each replica and injects the lws-compute-domain-channel ResourceClaim only into containers requesting nvidia.com/gpu."""
+    assert crds.num_nodes_required(api) is versions.COMPUTE_DOMAIN_CRDS[computedomain_crd].num_nodes_required
     created = workloads.create_lws(api, ns, yaml.safe_load(SEED_EXAMPLE.read_text()))
     pods = workloads.wait_groups_running(api, ns, "deepseek-r1", replicas=2, size=4)
     per_group = workloads.group_domains(pods)

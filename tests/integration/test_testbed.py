@@ -3,11 +3,17 @@ the DRA simulator tears ComputeDomains down the way the NVIDIA driver does."""
 
 from __future__ import annotations
 
+import collections
+import os
+import pathlib
+import re
+import subprocess
+import sys
 from typing import Any
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, manifests, testing, versions
+from mnnvl_testbed import building, cluster, manifests, testing, thirdparty, versions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 DS_API = "disaggregatedset.x-k8s.io/v1"
@@ -75,8 +81,12 @@ def test_the_api_server_reports_the_version_it_was_built_from(api: kube.Kube) ->
 def test_fake_nodes_look_like_gb200_nodes_in_nvlink_cliques(api: kube.Kube, testbed: cluster.Testbed) -> None:
     nodes = api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
     assert len(nodes) == testbed.nodes
-    cliques = {node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes}
-    assert len(cliques) == -(-testbed.nodes // manifests.NODES_PER_CLIQUE)
+    cliques = collections.Counter(node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes)
+    assert len(cliques) == testbed.cliques
+    assert max(cliques.values()) == testbed.nodes_per_clique
+    assert all(
+        re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.\d+", clique) for clique in cliques
+    )
     for node in nodes:
         assert node["status"]["allocatable"][keys.GPU_RESOURCE] == "4"
         assert not node["spec"].get("taints")
@@ -198,8 +208,41 @@ def test_a_disaggregatedset_gets_child_leaderworkersets_and_pods_from_upstream(a
         state=testing.state_of(children),
         timeout=90,
     )
-    assert {item["metadata"]["labels"][keys.DS_ROLE_LABEL] for item in found} == {"prefill", "decode"}
+    [revision] = {item["metadata"]["labels"][keys.DS_REVISION_LABEL] for item in found}
+    assert sorted(item["metadata"]["name"] for item in found) == [
+        f"llm-0-{revision}-decode",
+        f"llm-0-{revision}-prefill",
+    ]
     for item in found:
+        assert item["metadata"]["labels"][keys.DS_SLICE_LABEL] == "0"
         owner = item["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["controller"]) == ("DisaggregatedSet", "llm", True)
     wait_running(api, ns, 3, "3 pods Running (prefill 1 group of 2, decode 1 group of 1)")
+
+
+def test_up_without_the_third_party_directory_stops_at_once_naming_what_is_missing(tmp_path: pathlib.Path) -> None:
+    """Where the proxy refuses LWS v0.10.0 the message names the module, the version and the variable; where it
+    serves the module, the ComputeDomain CRD is still needed from the directory."""
+    environment = {key: value for key, value in os.environ.items() if key != thirdparty.ENVIRONMENT_VARIABLE}
+    command = [sys.executable, "-m", "mnnvl_testbed.cli", "--state-dir", str(tmp_path / "state"), "up"]
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120, check=False)
+    assert finished.returncode == 1
+    try:
+        building.module_dir(versions.LWS_MANAGER.module, versions.LWS_VERSION)
+    except building.BuildError:
+        assert finished.stderr.startswith(
+            "mnnvl-testbed up failed: sigs.k8s.io/lws v0.10.0 is not served by the Go module proxy ("
+        )
+        assert finished.stderr.endswith(
+            ") and MNNVL_TESTBED_THIRD_PARTY is not set: set it to a directory holding lws-v0.10.0-src.tar.gz "
+            "(sha256 88e76b33e0891784f588fa21e00d70d516ef39891cc7d906808ae2571e650ea6), or use a GOPROXY that serves "
+            "sigs.k8s.io/lws@v0.10.0\n"
+        )
+    else:
+        assert finished.stderr == (
+            "mnnvl-testbed up failed: MNNVL_TESTBED_THIRD_PARTY is not set: set it to the directory that holds "
+            "crds/dra-driver-gpu-main-22407113/resource.nvidia.com_computedomains.yaml (sha256 "
+            "653b477ad084f6cfed479ecdcc1149f3c14499bcac2ae1d2acbb82ccf7419f89); docs/testbed.md lists its files "
+            "and where they come from\n"
+        )
+    assert not (tmp_path / "state").exists()  # nothing was started, built or written

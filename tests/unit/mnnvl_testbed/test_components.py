@@ -3,11 +3,12 @@ from __future__ import annotations
 import base64
 import pathlib
 import sys
+import uuid
 
 import pytest
 
 from mnnvl_api import keys
-from mnnvl_testbed import manifests, processes, waiting
+from mnnvl_testbed import cluster, manifests, processes, waiting
 
 
 def test_a_component_that_dies_is_named_with_the_end_of_its_log(tmp_path: pathlib.Path) -> None:
@@ -53,17 +54,17 @@ def test_fake_nodes_fill_cliques_of_four() -> None:
     assert nodes[5]["status"]["capacity"][keys.GPU_RESOURCE] == "4"
 
 
-@pytest.mark.parametrize(
-    ("legacy", "required"),
-    [pytest.param(False, ["channel"], id="driver-0.4"), pytest.param(True, ["channel", "numNodes"], id="driver-25.12")],
-)
-def test_the_computedomain_crd_variants_differ_in_whether_num_nodes_is_required(
-    legacy: bool, required: list[str]
-) -> None:
-    crd = manifests.computedomain_crd(num_nodes_required=legacy)
-    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert spec["required"] == required
-    assert ("default" in spec["properties"]["numNodes"]) is not legacy
+def test_nvl72_racks_hold_18_nodes_and_are_labelled_as_the_driver_labels_cliques() -> None:
+    profile = cluster.PROFILES["nvl72"]
+    assert (profile.nodes, profile.nodes_per_clique) == (36, 18)
+    nodes = [manifests.fake_node(index, nodes_per_clique=profile.nodes_per_clique) for index in range(profile.nodes)]
+    cliques = [node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for node in nodes]
+    assert cliques == [cliques[0]] * 18 + [cliques[18]] * 18
+    assert cliques[0] != cliques[18]
+    for clique in (cliques[0], cliques[18]):
+        cluster_uuid, _, clique_id = clique.partition(".")
+        assert str(uuid.UUID(cluster_uuid)) == cluster_uuid
+        assert clique_id.isdigit()
 
 
 def test_lws_webhooks_are_pointed_at_the_local_manager_and_pod_webhooks_only_see_lws_pods() -> None:

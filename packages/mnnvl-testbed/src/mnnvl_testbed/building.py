@@ -1,7 +1,9 @@
 """Builds the control-plane binaries from their Go modules, cached outside the repo by version.
 
 Each tool gets its own wrapper module because the upstream modules pin incompatible k8s.io versions.
-A warm cache makes `ensure_binaries` a handful of `stat` calls.
+A warm cache makes `ensure_binaries` a handful of `stat` calls. A module the proxy refuses, but whose
+dependencies it serves, is built from its pinned source archive in the third-party directory, unpacked
+under `<cache>/sources/` and used through a directory `replace` in the wrapper module.
 """
 
 from __future__ import annotations
@@ -12,16 +14,21 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 
-from . import versions
+from . import thirdparty, versions
 
 _STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MULTILINE)
 
 
 class BuildError(RuntimeError):
     """A Go build failed; the message carries the command and the tail of its output."""
+
+    def __init__(self, message: str, *, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output  # the command's whole standard output, when a command failed
 
 
 def cache_root() -> pathlib.Path:
@@ -37,10 +44,68 @@ def binary_path(tool: versions.GoTool) -> pathlib.Path:
 
 def module_dir(module: str, version: str) -> pathlib.Path:
     """Download a module into the Go module cache and return its source directory."""
-    info = json.loads(_go("mod", "download", "-json", f"{module}@{version}", cwd=pathlib.Path.cwd()))
+    try:
+        output = _go("mod", "download", "-json", f"{module}@{version}", cwd=pathlib.Path.cwd())
+    except BuildError as failed:
+        output = failed.output  # `-json` reports a refused module as an `Error` field, exiting non-zero
+    try:
+        info = json.loads(output)
+    except json.JSONDecodeError:
+        raise BuildError(f"go mod download {module}@{version} failed: {output.strip()}") from None
     if "Error" in info:
         raise BuildError(f"go mod download {module}@{version}: {info['Error']}")
     return pathlib.Path(info["Dir"])
+
+
+def source_dir(tool: versions.GoTool) -> pathlib.Path:
+    """The tool module's source tree: from the module cache where the proxy serves it, else its source archive."""
+    directory, _ = _source(tool)
+    return directory
+
+
+def _source(tool: versions.GoTool) -> tuple[pathlib.Path, bool]:
+    """(source directory, whether it was unpacked from the tool's source archive)."""
+    try:
+        return module_dir(tool.module, tool.version), False
+    except BuildError as refused:
+        if tool.source_archive is None:
+            raise
+        return unpacked_archive(tool, tool.source_archive, refused=str(refused)), True
+
+
+def unpacked_archive(tool: versions.GoTool, archive: versions.SourceArchive, *, refused: str) -> pathlib.Path:
+    """The archive's tree under `<cache>/sources/<top directory>`, unpacked once its sha256 is checked.
+
+    The archive is required (and checked) on every use, even when an unpacked tree is cached: the tree is a
+    cache of the archive, not a source of its own.
+    """
+    refusal = f"{tool.module} {tool.version} is not served by the Go module proxy ({' '.join(refused.split())})"
+    if thirdparty.directory() is None:
+        raise BuildError(
+            f"{refusal} and {thirdparty.ENVIRONMENT_VARIABLE} is not set: set it to a directory holding "
+            f"{archive.file.path} (sha256 {archive.file.sha256}), or use a GOPROXY that serves "
+            f"{tool.module}@{tool.version}"
+        )
+    try:
+        tarball = thirdparty.verified_path(archive.file)
+    except thirdparty.ThirdPartyError as unusable:
+        raise BuildError(f"{refusal} and its source archive is not usable: {unusable}") from unusable
+    target = cache_root() / "sources" / archive.top_directory
+    marker = target / ".mnnvl-testbed-sha256"  # Go ignores dot files
+    if marker.is_file() and marker.read_text().strip() == archive.file.sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        with tarfile.open(tarball) as opened:
+            opened.extractall(scratch, filter="data")
+        unpacked = pathlib.Path(scratch) / archive.top_directory
+        if not (unpacked / "go.mod").is_file():
+            raise BuildError(f"{tarball} does not unpack to {archive.top_directory}/go.mod")
+        (unpacked / marker.name).write_text(archive.file.sha256 + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        unpacked.replace(target)
+    return target
 
 
 def staging_modules(kubernetes_version: str) -> list[str]:
@@ -78,6 +143,18 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
         (work / "main.go").write_text(tool.main_source)
         _go("get", f"{tool.module}@{tool.version}", cwd=work)
         _go("mod", "tidy", cwd=work)
+    elif tool.source_archive is not None and (source := _source(tool))[1]:
+        # The module itself is refused, its dependencies are served: point the module at the unpacked tree.
+        _go(
+            "mod",
+            "edit",
+            f"-require={tool.module}@{tool.version}",
+            f"-replace={tool.module}={source[0]}",
+            f"-tool={tool.package}",
+            cwd=work,
+        )
+        # No `go mod tidy`: it also resolves the imports of the module's own tests, which the archive leaves
+        # out; `go build -mod=mod` records just what the tool needs.
     else:
         _go("get", "-tool", f"{tool.package}@{tool.version}", cwd=work)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -92,5 +169,5 @@ def _go(*args: str, cwd: pathlib.Path) -> str:
     result = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
-        raise BuildError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}")
+        raise BuildError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}", output=result.stdout)
     return result.stdout

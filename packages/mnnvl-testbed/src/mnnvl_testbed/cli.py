@@ -9,7 +9,7 @@ import sys
 
 from mnnvl_api import keys
 
-from . import building, cluster, controllers, processes
+from . import building, cluster, controllers, processes, thirdparty, versions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,11 +22,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="start everything in the background (reuses a running testbed)")
-    start.add_argument("--nodes", type=int, default=cluster.DEFAULT_NODES, help="fake GB200 nodes, 4 per NVLink clique")
+    start.add_argument(
+        "--profile",
+        choices=sorted(cluster.PROFILES),
+        help="a cluster shape: default = 8 nodes, 4 per NVLink clique; nvl72 = 2 racks of 18 nodes "
+        "(--nodes and --nodes-per-clique override it)",
+    )
+    start.add_argument("--nodes", type=int, help="fake GB200 nodes, 4 GPUs each (default: the profile's)")
+    start.add_argument(
+        "--nodes-per-clique", type=int, help="nodes sharing an NVLink clique (default: the profile's; fixed once up)"
+    )
     start.add_argument(
         "--legacy-computedomain-crd",
         action="store_true",
-        help="install the ComputeDomain CRD of driver <= v25.12, where spec.numNodes is required",
+        help=f"install the driver's ComputeDomain CRD at {versions.LEGACY_COMPUTE_DOMAIN_CRD}, where spec.numNodes "
+        f"is required (default: {versions.COMPUTE_DOMAIN_CRD}, where it is optional)",
+    )
+    start.add_argument(
+        "--topology-crds",
+        choices=sorted(versions.TOPOLOGY_CRDS),
+        help="also install KAI's Topology CRD at that release and Grove's ClusterTopologyBinding CRD",
     )
     start.add_argument(
         "--with-controllers", action="store_true", help="also run mnnvl's controllers, with their webhooks registered"
@@ -44,7 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     state_dir: pathlib.Path = args.state_dir.resolve()
     try:
         if args.command == "up":
-            testbed = cluster.up(state_dir, nodes=args.nodes, legacy_computedomain_crd=args.legacy_computedomain_crd)
+            profile = cluster.PROFILES[args.profile or "default"]
+            testbed = cluster.up(
+                state_dir,
+                nodes=args.nodes or profile.nodes,
+                nodes_per_clique=args.nodes_per_clique or (profile.nodes_per_clique if args.profile else None),
+                computedomain_crd=versions.LEGACY_COMPUTE_DOMAIN_CRD if args.legacy_computedomain_crd else None,
+                topology_crds=args.topology_crds,
+            )
             if args.with_controllers:
                 for replica in [
                     *controllers.start(testbed, keys.LWS_CONTROLLER, gate=args.gate == "enabled"),
@@ -64,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for name, path in building.ensure_binaries().items():
                 print(f"{name}: {path}")
-    except (processes.ComponentError, building.BuildError) as error:
+    except (
+        processes.ComponentError,
+        building.BuildError,
+        thirdparty.ThirdPartyError,
+        cluster.TestbedError,
+    ) as error:
         print(f"mnnvl-testbed {args.command} failed: {error}", file=sys.stderr)
         return 1
     return 0

@@ -2,8 +2,8 @@
 
 Order: etcd → kube-apiserver → CRDs and DRA objects → kube-controller-manager, kube-scheduler, kwok →
 fake nodes → NVIDIA DRA driver simulator → upstream LWS manager and its webhooks. Every component runs
-as a detached process; `state.json` in the state dir records ports and paths so later commands and test
-sessions reuse a running testbed.
+as a detached process; `state.json` in the state dir records ports, paths, the component versions, the
+clique size and the CRD releases, so later commands and test sessions reuse a running testbed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import yaml
 from mnnvl_api import keys
 from mnnvl_runtime import certs, kube
 
-from . import building, manifests, processes, versions, waiting
+from . import building, crds, manifests, processes, simulator, thirdparty, versions, waiting
 
 DEFAULT_NODES = 8
 FIELD_MANAGER = "mnnvl-testbed"
@@ -69,6 +69,25 @@ def audit_log(state_dir: pathlib.Path) -> pathlib.Path:
     return state_dir / "logs" / "audit.log"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A shape of fake cluster: how many nodes, and how many share an NVLink clique."""
+
+    nodes: int
+    nodes_per_clique: int
+
+
+PROFILES = {
+    "default": Profile(nodes=DEFAULT_NODES, nodes_per_clique=manifests.NODES_PER_CLIQUE),
+    # Two GB200 NVL72 racks.
+    "nvl72": Profile(nodes=2 * manifests.NVL72_NODES_PER_CLIQUE, nodes_per_clique=manifests.NVL72_NODES_PER_CLIQUE),
+}
+
+
+class TestbedError(RuntimeError):
+    """A running testbed cannot become what was asked for (the message says why and what to do)."""
+
+
 def default_state_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("MNNVL_TESTBED_STATE", building.cache_root() / "state"))
 
@@ -82,6 +101,11 @@ class Testbed:
     ca_cert: pathlib.Path
     ports: dict[str, int]
     nodes: int
+    nodes_per_clique: int = manifests.NODES_PER_CLIQUE
+    computedomain_crd: str = versions.COMPUTE_DOMAIN_CRD
+    topology_crds: str | None = None
+    #: Tool name → version it was started with (empty for a testbed recorded before versions were).
+    components: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def load(cls, state_dir: pathlib.Path) -> Testbed | None:
@@ -95,6 +119,10 @@ class Testbed:
             ca_cert=pathlib.Path(raw["ca_cert"]),
             ports=raw["ports"],
             nodes=raw["nodes"],
+            nodes_per_clique=raw.get("nodes_per_clique", manifests.NODES_PER_CLIQUE),
+            computedomain_crd=raw.get("computedomain_crd", versions.COMPUTE_DOMAIN_CRD),
+            topology_crds=raw.get("topology_crds"),
+            components=raw.get("components", {}),
         )
 
     def save(self) -> None:
@@ -103,8 +131,16 @@ class Testbed:
             "ca_cert": str(self.ca_cert),
             "ports": self.ports,
             "nodes": self.nodes,
+            "nodes_per_clique": self.nodes_per_clique,
+            "computedomain_crd": self.computedomain_crd,
+            "topology_crds": self.topology_crds,
+            "components": self.components,
         }
         (self.state_dir / "state.json").write_text(json.dumps(record, indent=2))
+
+    @property
+    def cliques(self) -> int:
+        return -(-self.nodes // self.nodes_per_clique)
 
     @property
     def server(self) -> str:
@@ -131,6 +167,9 @@ def status(state_dir: pathlib.Path) -> dict[str, Any]:
     if testbed is not None:
         report["kubeconfig"] = str(testbed.kubeconfig)
         report["apiserver_ready"] = _apiserver_ready(testbed)
+        report["versions"] = testbed.components
+        report["nodes"] = {"count": testbed.nodes, "per_clique": testbed.nodes_per_clique}
+        report["crds"] = {"computedomain": testbed.computedomain_crd, "topology": testbed.topology_crds}
     return report
 
 
@@ -151,26 +190,31 @@ def up(
     state_dir: pathlib.Path,
     *,
     nodes: int = DEFAULT_NODES,
-    legacy_computedomain_crd: bool = False,
+    nodes_per_clique: int | None = None,
+    computedomain_crd: str | None = None,
+    topology_crds: str | None = None,
     echo: bool = True,
     api_server_only: bool = False,
 ) -> Testbed:
     """Start everything, or reuse a testbed that is already running in `state_dir`.
 
+    `nodes_per_clique` (default `manifests.NODES_PER_CLIQUE`) is fixed once nodes exist. `computedomain_crd`
+    names a release of `versions.COMPUTE_DOMAIN_CRDS` (default `versions.COMPUTE_DOMAIN_CRD`), `topology_crds`
+    one of `versions.TOPOLOGY_CRDS` (default: none installed). On a running testbed, a release asked for is
+    installed in place, as a CRD upgrade would; None leaves what is installed. A running testbed only grows.
     `api_server_only` starts just etcd and kube-apiserver: a cluster without the NVIDIA driver, LWS or nodes.
     """
     started = time.monotonic()
     existing = Testbed.load(state_dir)
     if existing is not None and is_running(state_dir):
-        if existing.nodes < nodes:
-            existing = dataclasses.replace(existing, nodes=nodes)
-            _create_nodes(existing.api(), nodes)
-            _wait_nodes_ready(processes.Supervisor(state_dir), existing.api(), nodes)
-            existing.save()
-        _say(echo, f"testbed already running with {existing.nodes} nodes; kubeconfig: {existing.kubeconfig}")
-        return existing
+        if existing.components == versions.component_versions():
+            return _reuse(existing, nodes, nodes_per_clique, computedomain_crd, topology_crds, echo=echo)
+        _say(echo, f"the testbed in {state_dir} runs {existing.components or 'older versions'}; restarting it")
+    if not api_server_only:
+        _check_third_party(computedomain_crd, topology_crds)
     down(state_dir)
-    binaries = building.ensure_binaries()
+    tools = (versions.ETCD, versions.KUBE_APISERVER) if api_server_only else versions.ALL_TOOLS
+    binaries = building.ensure_binaries(tools)
     built = time.monotonic()
     state_dir.mkdir(parents=True, exist_ok=True)
     supervisor = processes.Supervisor(state_dir)
@@ -186,6 +230,10 @@ def up(
             name: processes.free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "lws-webhook", "lws-health")
         },
         nodes=nodes,
+        nodes_per_clique=nodes_per_clique or manifests.NODES_PER_CLIQUE,
+        computedomain_crd=computedomain_crd or versions.COMPUTE_DOMAIN_CRD,
+        topology_crds=topology_crds,
+        components=versions.component_versions(),
     )
     admin = certs.issue(
         ca,
@@ -202,16 +250,65 @@ def up(
         testbed.save()
         return testbed
     api = testbed.api()
-    _install_apis(api, legacy_computedomain_crd=legacy_computedomain_crd)
+    _install_apis(api, testbed)
     _start_control_loops(supervisor, binaries, testbed)
-    _create_nodes(api, nodes)
+    _create_nodes(api, testbed)
     _start_simulator(supervisor, testbed)
     _start_lws(supervisor, binaries["lws-manager"], testbed, ca, pki_dir)
     _wait_nodes_ready(supervisor, api, nodes)
     testbed.save()
     took = f"{time.monotonic() - started:.0f}s (builds {built - started:.0f}s)"
-    _say(echo, f"testbed up in {took}; kubeconfig: {testbed.kubeconfig}")
+    _say(echo, f"testbed up in {took}; {_shape(testbed)}; kubeconfig: {testbed.kubeconfig}")
     return testbed
+
+
+def _reuse(
+    existing: Testbed,
+    nodes: int,
+    nodes_per_clique: int | None,
+    computedomain_crd: str | None,
+    topology_crds: str | None,
+    *,
+    echo: bool,
+) -> Testbed:
+    if nodes_per_clique is not None and nodes_per_clique != existing.nodes_per_clique:
+        raise TestbedError(
+            f"the testbed in {existing.state_dir} runs {existing.nodes_per_clique} nodes per clique, not "
+            f"{nodes_per_clique}: stop it first (mnnvl-testbed down), or use another --state-dir"
+        )
+    testbed = existing
+    api = testbed.api()
+    if nodes > testbed.nodes:
+        testbed = dataclasses.replace(testbed, nodes=nodes)
+        _create_nodes(api, testbed)
+        _wait_nodes_ready(processes.Supervisor(testbed.state_dir), api, nodes)
+    if computedomain_crd is not None and computedomain_crd != testbed.computedomain_crd:
+        simulator.install_api(api, computedomain_crd)
+        testbed = dataclasses.replace(testbed, computedomain_crd=computedomain_crd)
+    if topology_crds is not None and topology_crds != testbed.topology_crds:
+        crds.install_topology_crds(api, topology_crds)
+        testbed = dataclasses.replace(testbed, topology_crds=topology_crds)
+    if testbed != existing:
+        testbed.save()
+    _say(echo, f"testbed already running; {_shape(testbed)}; kubeconfig: {testbed.kubeconfig}")
+    return testbed
+
+
+def _shape(testbed: Testbed) -> str:
+    topology = f", Topology CRDs {testbed.topology_crds}" if testbed.topology_crds else ""
+    return (
+        f"{testbed.nodes} nodes in {testbed.cliques} cliques of {testbed.nodes_per_clique}, "
+        f"ComputeDomain CRD {testbed.computedomain_crd}{topology}"
+    )
+
+
+def _check_third_party(computedomain_crd: str | None, topology_crds: str | None) -> None:
+    """Fail before minutes of building when an input from the third-party directory is missing or altered."""
+    building.source_dir(versions.LWS_MANAGER)
+    thirdparty.verified_path(versions.COMPUTE_DOMAIN_CRDS[computedomain_crd or versions.COMPUTE_DOMAIN_CRD].file)
+    if topology_crds is not None:
+        thirdparty.verified_path(versions.TOPOLOGY_CRDS[topology_crds].kai_topology)
+        thirdparty.verified_path(versions.TOPOLOGY_CRDS[topology_crds].grove_binding)
 
 
 def _say(echo: bool, message: str) -> None:
@@ -315,21 +412,13 @@ def _start_apiserver(
     _wait_http(supervisor, "kube-apiserver", f"{testbed.server}/readyz", context=context, timeout=120)
 
 
-def _install_apis(api: kube.Kube, *, legacy_computedomain_crd: bool) -> None:
-    lws_crds = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "crd" / "bases"
-    crds = [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))]
-    crds.append(manifests.computedomain_crd(num_nodes_required=legacy_computedomain_crd))
-    for crd in crds:
-        api.apply(crd, "customresourcedefinitions")
-    for crd in crds:
-        crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-
-        def established(path: str = crd_path) -> bool:
-            return kube.is_condition_true(api.request("GET", path), "Established")
-
-        waiting.wait_for(established, what=f"{crd_path} to be established", timeout=60)
+def _install_apis(api: kube.Kube, testbed: Testbed) -> None:
+    lws_crds = building.source_dir(versions.LWS_MANAGER) / "config" / "crd" / "bases"
+    crds.install(api, [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))])
+    simulator.install_api(api, testbed.computedomain_crd)
+    if testbed.topology_crds is not None:
+        crds.install_topology_crds(api, testbed.topology_crds)
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}}, "namespaces")
-    api.apply(manifests.channel_device_class(), "deviceclasses")
 
 
 def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, pathlib.Path], testbed: Testbed) -> None:
@@ -392,10 +481,10 @@ def _kwok_stages(testbed: Testbed) -> pathlib.Path:
     return config
 
 
-def _create_nodes(api: kube.Kube, count: int) -> None:
-    """Make sure nodes 0 … count-1 exist (more are left alone: a reused testbed only ever grows)."""
-    for index in range(count):
-        node = manifests.fake_node(index)
+def _create_nodes(api: kube.Kube, testbed: Testbed) -> None:
+    """Make sure nodes 0 … nodes-1 exist (more are left alone: a reused testbed only ever grows)."""
+    for index in range(testbed.nodes):
+        node = manifests.fake_node(index, nodes_per_clique=testbed.nodes_per_clique)
         if api.get("v1", "nodes", node["metadata"]["name"]) is not None:
             continue
         api.apply({key: value for key, value in node.items() if key != "status"}, "nodes")
@@ -445,7 +534,7 @@ def _start_lws(
         env={"KUBECONFIG": str(testbed.kubeconfig)},
     )
     _wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
-    source = building.module_dir("sigs.k8s.io/lws", versions.LWS_VERSION) / "config" / "webhook" / "manifests.yaml"
+    source = building.source_dir(versions.LWS_MANAGER) / "config" / "webhook" / "manifests.yaml"
     upstream = [document for document in yaml.safe_load_all(source.read_text()) if document]
     api = testbed.api()
     for configuration in manifests.local_lws_webhooks(

@@ -1,4 +1,4 @@
-"""The objects the testbed installs: fake GB200 nodes and the NVIDIA DRA driver's API surface."""
+"""The objects the testbed makes: fake GB200 nodes and the NVIDIA DRA driver's objects (its CRD is upstream's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from typing import Any
 
 from mnnvl_api import keys
 
+#: Nodes per NVLink clique unless a testbed asks otherwise: small enough that a few nodes make several cliques.
 NODES_PER_CLIQUE = 4
+#: A GB200 / GB300 NVL72 rack: 18 compute trays of 4 GPUs in one NVLink domain.
+NVL72_NODES_PER_CLIQUE = 18
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 TESTBED_NODE_LABEL = "mnnvl-testbed/node"
 COMPUTE_DOMAIN_FINALIZER = "resource.nvidia.com/computeDomain"
@@ -20,7 +23,8 @@ _CLUSTER_NAMESPACE = uuid.UUID("6c1b0a1e-0000-4000-8000-000000000000")
 
 
 def clique_id(index: int) -> str:
-    """`<clusterUUID>.<cliqueId>` as GPU Feature Discovery labels GB200 nodes."""
+    """`<clusterUUID>.<cliqueId>` as GPU Feature Discovery (and the DRA driver) label GB200 nodes: one NVLink
+    domain (cluster UUID) per rack, `index` its clique."""
     return f"{uuid.uuid5(_CLUSTER_NAMESPACE, f'nvl72-rack-{index}')}.{index}"
 
 
@@ -45,92 +49,6 @@ def fake_node(index: int, *, nodes_per_clique: int = NODES_PER_CLIQUE) -> dict[s
         },
         "spec": {},
         "status": {"capacity": capacity, "allocatable": capacity},
-    }
-
-
-def computedomain_crd(*, num_nodes_required: bool = False) -> dict[str, Any]:
-    """The ComputeDomain CRD as the NVIDIA driver serves it (v0.4.0+; `num_nodes_required` for <= v25.12)."""
-    num_nodes: dict[str, Any] = {"type": "integer"}
-    if not num_nodes_required:
-        num_nodes.update({"default": 0, "minimum": 0})
-    node_status = {
-        "type": "object",
-        "required": ["cliqueID", "ipAddress", "name"],
-        "properties": {
-            "cliqueID": {"type": "string"},
-            "index": {"type": "integer"},
-            "ipAddress": {"type": "string"},
-            "name": {"type": "string"},
-            "status": {"type": "string", "default": "NotReady", "enum": ["Ready", "NotReady"]},
-        },
-    }
-    spec = {
-        "type": "object",
-        "required": ["channel", "numNodes"] if num_nodes_required else ["channel"],
-        "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "A computeDomain.spec is immutable"}],
-        "properties": {
-            "numNodes": num_nodes,
-            "channel": {
-                "type": "object",
-                "required": ["resourceClaimTemplate"],
-                "properties": {
-                    "resourceClaimTemplate": {
-                        "type": "object",
-                        "required": ["name"],
-                        "properties": {"name": {"type": "string"}},
-                    },
-                    "allocationMode": {"type": "string", "default": "Single", "enum": ["All", "Single"]},
-                },
-            },
-        },
-    }
-    status = {
-        "type": "object",
-        "required": ["status"],
-        "properties": {
-            "status": {"type": "string", "default": "NotReady", "enum": ["Ready", "NotReady"]},
-            "nodes": {
-                "type": "array",
-                "items": node_status,
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["name"],
-            },
-        },
-    }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{keys.COMPUTE_DOMAIN_PLURAL}.{keys.COMPUTE_DOMAIN_GROUP}"},
-        "spec": {
-            "group": keys.COMPUTE_DOMAIN_GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": keys.COMPUTE_DOMAIN_KIND,
-                "listKind": "ComputeDomainList",
-                "plural": keys.COMPUTE_DOMAIN_PLURAL,
-                "singular": "computedomain",
-            },
-            "versions": [
-                {
-                    "name": keys.COMPUTE_DOMAIN_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": status,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
     }
 
 

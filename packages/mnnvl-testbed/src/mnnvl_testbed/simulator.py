@@ -1,6 +1,7 @@
 """A stand-in for the NVIDIA DRA driver's ComputeDomain controller and kubelet plugin, for the testbed.
 
 It behaves as the real driver does where mnnvl depends on it:
+- installs the driver's own ComputeDomain CRD (upstream's file, at the release the testbed asks for);
 - publishes one `channel-0` device per fake node, so the real scheduler allocates channel claims with the
   real one-claim-per-node limit;
 - adds its finalizer to each ComputeDomain, creates the workload ResourceClaimTemplate named in
@@ -26,7 +27,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import references
 from mnnvl_runtime import kube
 
-from . import manifests
+from . import crds, manifests
 
 COMPONENT = "mnnvl-testbed-dra-simulator"
 TEARDOWN_REASON = "ComputeDomainTeardown"
@@ -195,6 +196,13 @@ def _record_teardown(domain: dict[str, Any], users: list[str]) -> None:
         api().request("POST", kube.path_of("v1", "events", namespace=meta["namespace"]), body=event)
     except kube.ApiError as error:  # e.g. the namespace is terminating: the teardown itself must go on
         logging.getLogger(__name__).warning("teardown of %s not recorded: %s", meta["name"], error.reason)
+
+
+def install_api(api: kube.Kube, computedomain_crd: str) -> None:
+    """What installing the driver provides: its ComputeDomain CRD at `computedomain_crd` (a release in
+    `versions.COMPUTE_DOMAIN_CRDS`, upstream's file as is) and the default channel DeviceClass."""
+    crds.install_computedomain_crd(api, computedomain_crd)
+    api.apply(manifests.channel_device_class(), "deviceclasses")
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import yaml
 
 from mnnvl_runtime import kube
 
-from . import cluster, simulator, waiting
+from . import cluster, simulator, versions, waiting
 
 wait_for = waiting.wait_for
 
@@ -27,7 +27,29 @@ TEST_NODES = 24
 
 
 def start_or_reuse() -> cluster.Testbed:
-    return cluster.up(cluster.default_state_dir(), nodes=TEST_NODES, echo=False)
+    """The session's testbed, with the driver's default ComputeDomain CRD (whatever an earlier session left)."""
+    return cluster.up(
+        cluster.default_state_dir(), nodes=TEST_NODES, computedomain_crd=versions.COMPUTE_DOMAIN_CRD, echo=False
+    )
+
+
+@contextlib.contextmanager
+def computedomain_crd(testbed: cluster.Testbed, release: str) -> Iterator[cluster.Testbed]:
+    """The testbed with the driver's ComputeDomain CRD at `release` (a key of `versions.COMPUTE_DOMAIN_CRDS`) for
+    the duration, switched in place and back as a driver upgrade or downgrade would switch it."""
+    before = cluster.Testbed.load(testbed.state_dir) or testbed
+    switched = cluster.up(testbed.state_dir, nodes=before.nodes, computedomain_crd=release, echo=False)
+    try:
+        yield switched
+    finally:
+        cluster.up(testbed.state_dir, nodes=before.nodes, computedomain_crd=before.computedomain_crd, echo=False)
+
+
+def topology_crds(testbed: cluster.Testbed, release: str) -> cluster.Testbed:
+    """The testbed with KAI's Topology CRD at `release` (a key of `versions.TOPOLOGY_CRDS`) and Grove's binding
+    CRD installed, in place (later tests may switch the release again)."""
+    current = cluster.Testbed.load(testbed.state_dir) or testbed
+    return cluster.up(testbed.state_dir, nodes=current.nodes, topology_crds=release, echo=False)
 
 
 @contextlib.contextmanager

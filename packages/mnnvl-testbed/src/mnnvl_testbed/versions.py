@@ -6,6 +6,22 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ThirdPartyFile:
+    """A file read from the third-party directory (`MNNVL_TESTBED_THIRD_PARTY`), pinned by its sha256."""
+
+    path: str  # relative to the third-party directory
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SourceArchive:
+    """A module's source as a `.tar.gz`, for when the Go module proxy refuses the module itself."""
+
+    file: ThirdPartyFile
+    top_directory: str  # the one directory the archive unpacks to
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GoTool:
     """A binary built from a Go module inside a throw-away wrapper module."""
 
@@ -16,6 +32,7 @@ class GoTool:
     ldflags: tuple[str, ...] = ()
     main_source: str | None = None  # a wrapper main.go for modules without a usable main package
     replace_staging_of: str | None = None  # k8s.io/kubernetes needs its staging modules pinned
+    source_archive: SourceArchive | None = None  # built through a directory `replace` when the proxy refuses
 
 
 KUBERNETES_VERSION = "v1.36.3"
@@ -23,9 +40,16 @@ KUBERNETES_MINOR = KUBERNETES_VERSION.split(".")[1]
 STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
-# v0.10.0 is not served by the Go module proxy here (403); v0.9.0 serves both
-# leaderworkerset.x-k8s.io/v1 and disaggregatedset.x-k8s.io/v1.
-LWS_VERSION = "v0.9.0"
+# v0.10.0 is the first release whose DisaggregatedSet has `spec.slices` and `spec.placementPolicy`. Some module
+# proxies refuse it (403) while serving all its dependencies; then it is built from its source archive.
+LWS_VERSION = "v0.10.0"
+LWS_SOURCE_ARCHIVE = SourceArchive(
+    file=ThirdPartyFile(
+        path=f"lws-{LWS_VERSION}-src.tar.gz",
+        sha256="88e76b33e0891784f588fa21e00d70d516ef39891cc7d906808ae2571e650ea6",
+    ),
+    top_directory=f"lws-{LWS_VERSION}",
+)
 
 _COMPONENT_BASE_VERSION = "k8s.io/component-base/version"
 _KUBERNETES_LDFLAGS = (
@@ -76,6 +100,75 @@ LWS_MANAGER = GoTool(
     version=LWS_VERSION,
     package="sigs.k8s.io/lws/cmd",
     ldflags=(f"-X sigs.k8s.io/lws/pkg/version.GitVersion={LWS_VERSION}",),
+    source_archive=LWS_SOURCE_ARCHIVE,
 )
 
 ALL_TOOLS = (ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, LWS_MANAGER)
+
+# Upstream CRDs, installed byte for byte from the third-party directory (never copied into this repository).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ComputeDomainCrd:
+    """The NVIDIA DRA driver's ComputeDomain CRD at one release."""
+
+    file: ThirdPartyFile
+    num_nodes_required: bool  # `spec.numNodes` is required up to v25.12.0, optional (default 0) after
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TopologyCrds:
+    """KAI's Topology CRD at one release, with Grove's ClusterTopologyBinding CRD."""
+
+    kai_topology: ThirdPartyFile
+    editable_aliases: bool  # from KAI v0.17.0, levels have an `alias` and only the nodeLabel sequence is immutable
+    grove_binding: ThirdPartyFile
+
+
+COMPUTE_DOMAIN_CRDS = {
+    "main-22407113": ComputeDomainCrd(
+        file=ThirdPartyFile(
+            path="crds/dra-driver-gpu-main-22407113/resource.nvidia.com_computedomains.yaml",
+            sha256="653b477ad084f6cfed479ecdcc1149f3c14499bcac2ae1d2acbb82ccf7419f89",
+        ),
+        num_nodes_required=False,
+    ),
+    "v25.12.0": ComputeDomainCrd(
+        file=ThirdPartyFile(
+            path="crds/dra-driver-gpu-v25.12.0/resource.nvidia.com_computedomains.yaml",
+            sha256="9345244a663bd1b05551dee3e3749e0fc8a4aca4ff46e48308f7b5053c90d265",
+        ),
+        num_nodes_required=True,
+    ),
+}
+COMPUTE_DOMAIN_CRD = "main-22407113"  # the driver's main branch, as v0.4.0+
+LEGACY_COMPUTE_DOMAIN_CRD = "v25.12.0"
+
+GROVE_BINDING_CRD = ThirdPartyFile(
+    path="crds/grove-v0.1.0-alpha.11/grove.io_clustertopologybindings.yaml",
+    sha256="917792ec71a94dc3f87e220961852c7fd192f25bb50cbc8226933cb55f30f16a",
+)
+#: `--topology-crds` choices. NVCF pins KAI v0.16.7 and Grove v0.1.0-alpha.11.
+TOPOLOGY_CRDS = {
+    "kai-v0.16.7": TopologyCrds(
+        kai_topology=ThirdPartyFile(
+            path="crds/kai-scheduler-v0.16.7/kai.scheduler_topologies.yaml",
+            sha256="3db3987c3e9fa08e268764219c9b805867ed812e139c1547329ed24ce6870d45",
+        ),
+        editable_aliases=False,
+        grove_binding=GROVE_BINDING_CRD,
+    ),
+    "kai-v0.17.0": TopologyCrds(
+        kai_topology=ThirdPartyFile(
+            path="crds/kai-scheduler-v0.17.0/kai.scheduler_topologies.yaml",
+            sha256="bd985987aab8737d13c363a15762d6e66f3248db80a5088c8372108cce1150eb",
+        ),
+        editable_aliases=True,
+        grove_binding=GROVE_BINDING_CRD,
+    ),
+}
+
+
+def component_versions() -> dict[str, str]:
+    """What a running testbed records, so a testbed started from older pins is restarted, never reused."""
+    return {tool.name: tool.version for tool in ALL_TOOLS}

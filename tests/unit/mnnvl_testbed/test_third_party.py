@@ -1,0 +1,129 @@
+"""Files from the third-party directory are used only as pinned, and a module the proxy refuses is built from its
+source archive, or `up` says exactly what is missing."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pathlib
+import tarfile
+
+import pytest
+
+from mnnvl_testbed import building, thirdparty, versions
+
+REFUSED = (
+    "go mod download example.com/tool@v1.2.3: example.com/tool@v1.2.3: reading "
+    "https://proxy.golang.org/example.com/tool/@v/v1.2.3.zip: 403 Forbidden\n\tserver response: not available."
+)
+
+
+def source_archive(directory: pathlib.Path, top: str = "tool-v1.2.3") -> versions.SourceArchive:
+    """A tiny `.tar.gz` of a module tree in `directory`, pinned by its real sha256."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in ((f"{top}/go.mod", "module example.com/tool\n"), (f"{top}/config/crd.yaml", "kind: X\n")):
+            data = text.encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    path = directory / "tool-v1.2.3-src.tar.gz"
+    path.write_bytes(buffer.getvalue())
+    pinned = versions.ThirdPartyFile(path=path.name, sha256=hashlib.sha256(buffer.getvalue()).hexdigest())
+    return versions.SourceArchive(file=pinned, top_directory="tool-v1.2.3")
+
+
+def tool(archive: versions.SourceArchive) -> versions.GoTool:
+    return versions.GoTool(
+        name="tool", module="example.com/tool", version="v1.2.3", package="example.com/tool/cmd", source_archive=archive
+    )
+
+
+@pytest.fixture
+def refused_by_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(module: str, version: str) -> pathlib.Path:
+        raise building.BuildError(REFUSED)
+
+    monkeypatch.setattr(building, "module_dir", refuse)
+
+
+@pytest.fixture
+def cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    monkeypatch.setenv("MNNVL_TESTBED_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.usefixtures("refused_by_the_proxy", "cache")
+def test_a_refused_module_without_the_variable_fails_naming_the_module_the_version_and_the_variable(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(thirdparty.ENVIRONMENT_VARIABLE, raising=False)
+    archive = source_archive(tmp_path)
+    with pytest.raises(building.BuildError) as failure:
+        building.source_dir(tool(archive))
+    assert str(failure.value) == (
+        "example.com/tool v1.2.3 is not served by the Go module proxy (go mod download example.com/tool@v1.2.3: "
+        "example.com/tool@v1.2.3: reading https://proxy.golang.org/example.com/tool/@v/v1.2.3.zip: 403 Forbidden "
+        "server response: not available.) and MNNVL_TESTBED_THIRD_PARTY is not set: set it to a directory holding "
+        f"tool-v1.2.3-src.tar.gz (sha256 {archive.file.sha256}), or use a GOPROXY that serves example.com/tool@v1.2.3"
+    )
+
+
+@pytest.mark.usefixtures("refused_by_the_proxy")
+def test_a_refused_module_is_unpacked_from_its_pinned_archive_once(
+    tmp_path: pathlib.Path, cache: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(tmp_path))
+    archive = source_archive(tmp_path)
+    source = building.source_dir(tool(archive))
+    assert source == cache / "sources" / "tool-v1.2.3"
+    assert (source / "config" / "crd.yaml").read_text() == "kind: X\n"
+    (source / "config" / "crd.yaml").write_text("kind: Y\n")  # a reused tree is not unpacked again
+    assert building.source_dir(tool(archive)) == source
+    assert (source / "config" / "crd.yaml").read_text() == "kind: Y\n"
+    assert sorted(path.name for path in (cache / "sources").iterdir()) == ["tool-v1.2.3"]
+
+
+@pytest.mark.usefixtures("refused_by_the_proxy", "cache")
+def test_an_archive_that_differs_from_its_pin_is_never_unpacked(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(tmp_path))
+    archive = source_archive(tmp_path)
+    altered = versions.SourceArchive(
+        file=versions.ThirdPartyFile(path=archive.file.path, sha256="0" * 64), top_directory=archive.top_directory
+    )
+    with pytest.raises(
+        building.BuildError,
+        match=r"and its source archive is not usable: .* has sha256 [0-9a-f]{64}, not the pinned 0{64}",
+    ):
+        building.source_dir(tool(altered))
+
+
+def test_a_pinned_file_missing_from_the_directory_is_named_with_the_directory(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(tmp_path))
+    pinned = versions.COMPUTE_DOMAIN_CRDS[versions.COMPUTE_DOMAIN_CRD].file
+    with pytest.raises(thirdparty.ThirdPartyError) as failure:
+        thirdparty.verified_path(pinned)
+    assert str(failure.value) == (
+        f"{tmp_path / pinned.path} does not exist: MNNVL_TESTBED_THIRD_PARTY={tmp_path} must hold {pinned.path} "
+        f"(sha256 {pinned.sha256})"
+    )
+
+
+def test_a_served_module_is_used_from_the_module_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(thirdparty.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setattr(building, "module_dir", lambda module, version: tmp_path / f"{module}@{version}")
+    assert building.source_dir(versions.LWS_MANAGER) == tmp_path / f"sigs.k8s.io/lws@{versions.LWS_VERSION}"
+
+
+def test_lws_is_pinned_at_v0_10_0_with_its_source_archive() -> None:
+    assert versions.LWS_MANAGER.version == "v0.10.0"
+    assert versions.LWS_MANAGER.source_archive == versions.SourceArchive(
+        file=versions.ThirdPartyFile(
+            path="lws-v0.10.0-src.tar.gz", sha256="88e76b33e0891784f588fa21e00d70d516ef39891cc7d906808ae2571e650ea6"
+        ),
+        top_directory="lws-v0.10.0",
+    )
