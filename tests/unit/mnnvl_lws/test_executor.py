@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -192,3 +193,25 @@ def test_writes_of_one_kind_are_bounded() -> None:
         return most
 
     assert asyncio.run(scenario()) == 3
+
+
+def test_every_failed_write_is_retrieved_and_the_first_raised() -> None:
+    """asyncio logs a task whose failure nobody retrieved as an error ("Task exception was never retrieved"):
+    when several writes of a pass fail (e.g. the Lease is lost mid-pass), each failure is retrieved."""
+    unretrieved: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: unretrieved.append(context))
+
+        async def write(item: int) -> int:
+            await asyncio.sleep(0)
+            if item:
+                raise ValueError(f"write {item} failed")
+            return item
+
+        with pytest.raises(ValueError, match="write 1 failed"):
+            await executing.each(range(4), write)
+        gc.collect()  # an unretrieved failure is reported when its task is collected
+
+    asyncio.run(scenario())
+    assert unretrieved == []

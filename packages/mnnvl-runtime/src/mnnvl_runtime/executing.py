@@ -138,11 +138,15 @@ async def each(
 
     tasks = [asyncio.create_task(bounded(item)) for item in listed]
     await _finish(tasks)
-    for task in tasks:
-        error = task.exception()
-        if error is not None:
-            raise error
+    errors = _errors(tasks)
+    if errors:
+        raise errors[0]
     return [task.result() for task in tasks]
+
+
+def _errors(tasks: list[asyncio.Task[Result]]) -> list[BaseException]:
+    """The failures of ended tasks, every one retrieved (asyncio logs an unretrieved one as an error)."""
+    return [error for task in tasks if not task.cancelled() and (error := task.exception()) is not None]
 
 
 async def _finish(tasks: list[asyncio.Task[Result]]) -> None:
@@ -155,4 +159,5 @@ async def _finish(tasks: list[asyncio.Task[Result]]) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks)
+        _errors(tasks)  # the pass is cancelled: what its writes failed with no longer matters
         raise
