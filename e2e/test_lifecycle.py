@@ -150,13 +150,11 @@ def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
 ) -> None:
     """If a ComputeDomain with the generated name exists and is not managed by the same workload, LWS does not adopt it. It emits an UnexpectedComputeDomainOwner Warning event and keeps the leader gated."""
     # Hold the controller's Lease so nothing reconciles while the foreign domain is put in place.
-    original = api.request("GET", LEASE_PATH)
+    # A merge patch, not read-then-PUT: the controller renews concurrently, and a PUT of what was read would
+    # meet its renewal as a conflict. Its own next renewal then sees another holder and steps down.
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    held = {
-        **original,
-        "spec": {**original["spec"], "holderIdentity": "e2e-test", "leaseDurationSeconds": 3600, "renewTime": now},
-    }
-    api.request("PUT", LEASE_PATH, body=held)
+    held = {"spec": {"holderIdentity": "e2e-test", "leaseDurationSeconds": 3600, "renewTime": now}}
+    api.request("PATCH", LEASE_PATH, body=held, content_type=kube.MERGE_PATCH)
     try:
         testing.wait_for(lambda: not lease_held(lws_replicas[0]), what="mnnvl-lws to see it lost the Lease", timeout=30)
         workloads.create_lws(api, ns, workloads.lws_manifest("clash", replicas=1, size=2))
