@@ -199,6 +199,9 @@ def test_two_slices_get_a_child_per_role_each_on_a_clique_of_its_own(api: kube.K
         content_type=kube.JSON_PATCH,
     )
     rolled = wait_children(api, ns, slices=2, not_revision=revision)
+    assert sorted(children(api, ns)) == sorted(
+        f"{DS_NAME}-{slice_index}-{rolled}-{name}" for slice_index in (0, 1) for name in ROLES
+    )
     deleted = wait_deleted_as_held(api, ns, old_children)
     assert {name: lws["spec"]["replicas"] for name, lws in deleted.items()} == dict.fromkeys(old_children, 0)
     assert {lws["metadata"]["annotations"][INITIAL_REPLICAS_ANNOTATION] for lws in deleted.values()} == {"1"}

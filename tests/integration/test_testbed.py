@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from mnnvl_api import keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import building, cluster, manifests, testing, thirdparty, versions
@@ -246,3 +248,16 @@ def test_up_without_the_third_party_directory_stops_at_once_naming_what_is_missi
             "and where they come from\n"
         )
     assert not (tmp_path / "state").exists()  # nothing was started, built or written
+
+
+def test_a_running_testbed_refuses_another_clique_size_and_stays_as_it_is(testbed: cluster.Testbed) -> None:
+    other = testbed.nodes_per_clique + 1
+    before = cluster.Testbed.load(testbed.state_dir)
+    with pytest.raises(cluster.TestbedError) as refused:
+        cluster.up(testbed.state_dir, nodes=testbed.nodes, nodes_per_clique=other, echo=False)
+    assert str(refused.value) == (
+        f"the testbed in {testbed.state_dir} runs {testbed.nodes_per_clique} nodes per clique, not {other}: "
+        "stop it first (mnnvl-testbed down), or use another --state-dir"
+    )
+    assert cluster.is_running(testbed.state_dir)
+    assert cluster.Testbed.load(testbed.state_dir) == before
