@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mnnvl_api import keys
+from mnnvl_api import events, keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, processes, testing
 
@@ -200,3 +200,214 @@ def test_slice_scope_without_a_placement_policy_on_the_clique_label_is_admitted_
     ]
     _, placed = workloads.create_ds_with_warnings(api, ns, workloads.ds_manifest("placed", roles=zero))
     assert placed == []
+
+
+def test_setting_or_removing_the_annotation_changes_the_revision_and_unset_and_disabled_produce_the_same_one(
+    api: kube.Kube, ns: str
+) -> None:
+    """Rollouts: Setting or removing either auto-compute-domain annotation changes the workload revision, so it triggers a rolling update of all groups. Unset and "disabled" produce the same revision, so upgrading LWS does not restart existing workloads."""
+    # No groups: upstream still creates a child LeaderWorkerSet per (slice, revision, role), labelled with the
+    # revision, and rolls to a new revision at once.
+    zero = [workloads.role_manifest("prefill", replicas=0), workloads.role_manifest("decode", replicas=0)]
+
+    def revision(name: str, *, not_in: frozenset[str] = frozenset()) -> str:
+        def settled() -> str | None:
+            found = workloads.children(api, ns, name)
+            revisions = {workloads.revision_of(c) for c in found}
+            if len(found) != 2 or len(revisions) != 1 or revisions <= not_in:
+                return None
+            return revisions.pop()
+
+        return testing.wait_for(
+            settled,
+            what=f"both child LeaderWorkerSets of {name} at one revision, not {sorted(not_in)}",
+            state=testing.state_of(lambda: workloads.children(api, ns, name)),
+            timeout=60,
+        )
+
+    workloads.create_ds(api, ns, workloads.ds_manifest("unset", roles=zero, opt_in=None))
+    workloads.create_ds(api, ns, workloads.ds_manifest("disabled", roles=zero, opt_in="disabled"))
+    plain = revision("unset")
+    assert revision("disabled") == plain
+
+    def annotate(name: str, value: str | None, role: int | None = None) -> None:
+        annotations = {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: value}
+        if role is None:
+            workloads.patch_ds(api, ns, name, {"metadata": {"annotations": annotations}})
+            return
+        stored = api.request("GET", workloads.ds_path(ns, name))
+        stored["spec"]["roles"][role].setdefault("metadata", {})["annotations"] = {
+            k: v for k, v in annotations.items() if v is not None
+        }
+        api.request("PUT", workloads.ds_path(ns, name), body=stored)
+
+    annotate("unset", "enabled")  # setting it on the set
+    enrolled = revision("unset", not_in=frozenset({plain}))
+    annotate("unset", None)  # removing it
+    assert revision("unset", not_in=frozenset({enrolled})) == plain
+    annotate("disabled", "enabled", role=0)  # setting it on a role
+    role_enrolled = revision("disabled", not_in=frozenset({plain}))
+    annotate("disabled", None, role=0)  # removing it from the role
+    assert revision("disabled", not_in=frozenset({role_enrolled})) == plain
+
+
+def domains_in_use_exist(api: kube.Kube, ns: str, ds: str) -> Pods:
+    """The pods of `ds` now, asserting that the domain each records exists and is not being deleted."""
+    pods = workloads.ds_pods(api, ns, ds)
+    found = workloads.domains(api, ns)
+    for pod in pods:
+        domain = workloads.domain_of(pod)
+        if domain is None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        assert domain in found, f"{pod['metadata']['name']} uses {domain}, which is gone"
+        assert not found[domain]["metadata"].get("deletionTimestamp"), (
+            f"{domain} deleted under {pod['metadata']['name']}"
+        )
+    return pods
+
+
+def wait_slices(
+    api: kube.Kube,
+    ns: str,
+    ds: str,
+    slices: dict[int, int],
+    seen: set[str] | None = None,
+    *,
+    not_revision: str | None = None,
+) -> dict[int, Pods]:
+    """`workloads.wait_slices_running` (at a revision other than `not_revision`), checking on every look that no
+    domain a pod uses is gone or going; `seen` collects every domain that existed meanwhile."""
+
+    def settled() -> dict[int, Pods] | None:
+        pods = domains_in_use_exist(api, ns, ds)
+        if seen is not None:
+            seen.update(workloads.domains(api, ns))
+        by_slice: dict[int, Pods] = {}
+        for pod in pods:
+            by_slice.setdefault(workloads.slice_of(pod), []).append(pod)
+        if {s: len(p) for s, p in by_slice.items()} != slices:
+            return None
+        if any(p["metadata"].get("deletionTimestamp") or workloads.is_gated(p) for p in pods):
+            return None
+        revisions = {workloads.revision_of(p) for p in pods}
+        if len(testing.running(pods)) != len(pods) or len(revisions) != 1 or not_revision in revisions:
+            return None
+        return by_slice
+
+    return testing.wait_for(
+        settled,
+        what=f"pods of {ds} Running at one revision per slice: {slices}",
+        state=testing.state_of(lambda: workloads.ds_summary(api, ns, ds)),
+        timeout=240,
+    )
+
+
+def wait_exact_domains(api: kube.Kube, ns: str, ds: str, expected: set[str]) -> None:
+    testing.wait_for(
+        lambda: domains_in_use_exist(api, ns, ds) is not None and set(workloads.domains(api, ns)) == expected,
+        what=f"exactly the domains {sorted(expected)}",
+        state=testing.state_of(lambda: workloads.ds_summary(api, ns, ds)),
+        timeout=workloads.TIMEOUT,
+    )
+
+
+def test_rollouts_and_slice_changes_replace_slice_domains_only_once_their_pods_are_gone(
+    api: kube.Kube, ns: str
+) -> None:
+    """The DisaggregatedSet deletes a slice ComputeDomain once no child LeaderWorkerSet remains for its (slice, revision) and no Pod references it."""
+    workloads.create_ds(api, ns, workloads.ds_manifest("llm", slices=2))
+    first = wait_slices(api, ns, "llm", {0: 3, 1: 3})
+    old = workloads.revision_of(first[0][0])
+    wait_exact_domains(api, ns, "llm", {workloads.slice_domain("llm", s, old) for s in (0, 1)})
+
+    # A rolling update with maxSurge: 0: each slice gets a new domain for the new revision, and the old one goes
+    # only once the old revision has drained (never while a pod uses it: checked on every look, and by the
+    # DRA simulator, which records any teardown of a domain in use).
+    workloads.set_role_image(api, ns, "llm", 0, "nvcr.io/nvidia/vllm:2")
+    seen: set[str] = set()
+    rolled = wait_slices(api, ns, "llm", {0: 3, 1: 3}, seen, not_revision=old)
+    new = workloads.revision_of(rolled[0][0])
+    assert new != old
+    assert {workloads.slice_domain("llm", s, r) for s in (0, 1) for r in (old, new)} <= seen | set(
+        workloads.domains(api, ns)
+    )
+    wait_exact_domains(api, ns, "llm", {workloads.slice_domain("llm", s, new) for s in (0, 1)})
+    for slice_index, pods in rolled.items():
+        assert {workloads.domain_of(p) for p in pods} == {workloads.slice_domain("llm", slice_index, new)}
+
+    # slices 2 -> 1: upstream deletes slice 1's LeaderWorkerSets; its domain goes once its pods have.
+    kept = {p["metadata"]["uid"] for p in rolled[0]}
+    workloads.patch_ds(api, ns, "llm", {"spec": {"slices": 1}})
+    remaining = wait_slices(api, ns, "llm", {0: 3})
+    assert {p["metadata"]["uid"] for p in remaining[0]} == kept
+    wait_exact_domains(api, ns, "llm", {workloads.slice_domain("llm", 0, new)})
+
+    # slices 1 -> 3: the new slices get domains of their own.
+    workloads.patch_ds(api, ns, "llm", {"spec": {"slices": 3}})
+    grown = wait_slices(api, ns, "llm", {0: 3, 1: 3, 2: 3})
+    wait_exact_domains(api, ns, "llm", {workloads.slice_domain("llm", s, new) for s in (0, 1, 2)})
+    assert {p["metadata"]["uid"] for p in grown[0]} == kept
+    for slice_index, pods in grown.items():
+        assert {workloads.domain_of(p) for p in pods} == {workloads.slice_domain("llm", slice_index, new)}
+
+
+def test_a_colliding_compute_domain_is_not_adopted_and_keeps_its_slice_unscaled(api: kube.Kube, ns: str) -> None:
+    """Name collisions: If a ComputeDomain with the generated name exists and is not managed by the same workload, LWS does not adopt it. It emits an UnexpectedComputeDomainOwner Warning event and keeps the leader gated or the slice unscaled."""
+    # The revision is a hash of the roles' templates only: a set of another name with the same roles tells it.
+    zero = [workloads.role_manifest("prefill", replicas=0, size=2), workloads.role_manifest("decode", replicas=0)]
+    workloads.create_ds(api, ns, workloads.ds_manifest("probe", roles=zero))
+    revision = testing.wait_for(
+        lambda: {workloads.revision_of(c) for c in workloads.children(api, ns, "probe")},
+        what="a child LeaderWorkerSet of the probe",
+        timeout=60,
+    ).pop()
+    api.request("DELETE", workloads.ds_path(ns, "probe"))
+    foreign = workloads.slice_domain("llm", 1, revision)
+    workloads.create_foreign_domain(api, ns, foreign, {"team": "someone-else"})
+
+    created = workloads.create_ds(api, ns, workloads.ds_manifest("llm", slices=2))
+    testing.wait_for(
+        lambda: [
+            e
+            for e in workloads.events(api, ns, events.UNEXPECTED_OWNER_REASON)
+            if e["involvedObject"]["uid"] == created["metadata"]["uid"] and foreign in e["message"]
+        ],
+        what=f"an {events.UNEXPECTED_OWNER_REASON} Warning on the DisaggregatedSet naming {foreign}",
+        state=testing.state_of(lambda: workloads.events(api, ns, events.UNEXPECTED_OWNER_REASON)),
+        timeout=workloads.TIMEOUT,
+    )
+    # The other slice runs; the colliding one has no LeaderWorkerSet, and the foreign domain is untouched.
+    first = wait_slices(api, ns, "llm", {0: 3})
+    assert workloads.revision_of(first[0][0]) == revision
+    assert {workloads.slice_of(c) for c in workloads.children(api, ns, "llm")} == {0}
+    untouched = api.request("GET", domain_path(ns, foreign))
+    assert untouched["metadata"]["labels"] == {"team": "someone-else"}
+    assert not untouched["metadata"].get("deletionTimestamp")
+    # The same request upstream makes is refused, saying why and what to do.
+    [child] = [c for c in workloads.children(api, ns, "llm") if workloads.role_of(c) == "decode"]
+    copy = {
+        "apiVersion": workloads.LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": child["metadata"]["name"].replace("llm-0-", "llm-1-"),
+            "labels": {**child["metadata"]["labels"], keys.DS_SLICE_LABEL: "1"},
+            "ownerReferences": child["metadata"]["ownerReferences"],
+        },
+        "spec": child["spec"],
+    }
+    assert workloads.rejection(lambda: workloads.create_lws(api, ns, copy)).endswith(
+        f"metadata.name: Forbidden: ComputeDomain {foreign} already exists and is not managed by mnnvl; it is not "
+        'adopted and slice 1 of DisaggregatedSet "llm" stays unscaled: delete or rename that ComputeDomain'
+    )
+
+    # Once the foreign domain is gone, the slice comes up on a domain of its own.
+    api.request("DELETE", domain_path(ns, foreign))
+    workloads.patch_ds(api, ns, "llm", {"metadata": {"labels": {"nudge": "1"}}})  # upstream retries with back-off
+    both = wait_slices(api, ns, "llm", {0: 3, 1: 3})
+    assert {workloads.domain_of(p) for p in both[1]} == {foreign}
+    assert workloads.domains(api, ns)[foreign]["metadata"]["labels"][keys.OWNER_UID_LABEL] == created["metadata"]["uid"]
+
+    # Ownership and cleanup: the DisaggregatedSet deleted, its domains go once their last pod has exited.
+    api.request("DELETE", workloads.ds_path(ns, "llm"))
+    wait_exact_domains(api, ns, "llm", set())
+    assert workloads.ds_pods(api, ns, "llm") == []
