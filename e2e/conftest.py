@@ -13,8 +13,9 @@ from . import workloads
 
 @pytest.fixture(scope="session")
 def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
-    """mnnvl-lws and mnnvl-guardian from this source tree, gate enabled, webhooks registered."""
+    """mnnvl-lws, mnnvl-ds and mnnvl-guardian from this source tree, gate enabled, webhooks registered."""
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
+    controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
     return controllers.start_lws(testbed, gate=True)
 
 

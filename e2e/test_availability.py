@@ -142,3 +142,30 @@ def test_leaderworkersets_with_invalid_opt_in_values_or_reserved_template_keys_a
     workloads.create_lws(api, ns, lws_with(name))
     changed = {"metadata": manifest["metadata"], "spec": manifest["spec"]}
     assert expected in workloads.rejection(lambda: workloads.patch_lws(api, ns, name, changed))
+
+
+@pytest.fixture
+def mnnvl_ds_down(testbed: cluster.Testbed, lws_controller: list[controllers.Replica]) -> Iterator[None]:
+    """mnnvl-ds stopped, its webhooks still registered; running again afterwards, however the test ended."""
+    controllers.stop(testbed, keys.DS_CONTROLLER)
+    try:
+        yield
+    finally:
+        controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
+
+
+def test_while_mnnvl_ds_is_down_a_plain_disaggregatedset_is_created_and_an_opted_in_one_is_refused(
+    api: kube.Kube, ns: str, mnnvl_ds_down: None
+) -> None:
+    """While mnnvl-ds is down, a DisaggregatedSet without the opt-in annotations or mnnvl's marks is created and
+    runs (no webhook of mnnvl-ds is called for it, nor for its LeaderWorkerSets and pods); one that opts in fails
+    closed with an error naming the mnnvl-ds webhook."""
+    roles = [workloads.role_manifest("prefill", gpus="1"), workloads.role_manifest("decode", gpus="1")]
+    workloads.create_ds(api, ns, workloads.ds_manifest("plain", roles=roles, opt_in=None, placement=False))
+    [pods] = workloads.wait_slices_running(api, ns, "plain", pods_per_slice={0: 2}).values()
+    assert all(workloads.domain_of(pod) is None and workloads.claimed_containers(pod) == [] for pod in pods)
+    once = workloads.without_retries(api)
+    message = workloads.webhook_failure(lambda: workloads.create_ds(once, ns, workloads.ds_manifest("enrolled")))
+    assert "failed calling webhook" in message, message
+    assert f".{keys.DS_CONTROLLER}.mnnvl.dev" in message, message
+    assert api.get(workloads.DS_API, keys.DS_PLURAL, "enrolled", namespace=ns) is None

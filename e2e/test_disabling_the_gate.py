@@ -12,12 +12,15 @@ from mnnvl_testbed import cluster, controllers, testing
 
 from . import workloads
 
+#: The gate is cluster-wide: every controller reads it from the same Configuration.
+CONTROLLERS = (keys.GUARDIAN_CONTROLLER, keys.DS_CONTROLLER, keys.LWS_CONTROLLER)
+
 
 @pytest.fixture
 def gate_toggle(testbed: cluster.Testbed, lws_controller: list[controllers.Replica]) -> Iterator[None]:
     """Lets a test restart mnnvl's controllers with the gate off; afterwards they run with the gate on again."""
     yield
-    for controller in (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER):
+    for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=True)
 
 
@@ -34,8 +37,7 @@ def test_with_the_gate_disabled_lws_stops_managing_compute_domains(
     domains = set(workloads.group_domains(before).values())
     template_before = api.request("GET", workloads.lws_path(ns, "kept"))["spec"]["leaderWorkerTemplate"]
 
-    # The gate is cluster-wide: every controller reads it from the same Configuration.
-    for controller in (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER):
+    for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=False)
 
     # Opting in is rejected while the feature gate is disabled ...
@@ -82,7 +84,7 @@ def test_with_the_gate_disabled_lws_stops_managing_compute_domains(
     assert terminating["metadata"]["deletionTimestamp"]
 
     # Re-enabling the gate: the unreferenced Terminating domain is released; running groups are untouched.
-    for controller in (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER):
+    for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=True)
     testing.wait_for(
         lambda: api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, str(removed), namespace=ns) is None,
@@ -91,3 +93,58 @@ def test_with_the_gate_disabled_lws_stops_managing_compute_domains(
     )
     remaining = workloads.wait_groups_running(api, ns, "kept", replicas=1, size=2)
     assert {p["metadata"]["uid"] for p in remaining} <= {p["metadata"]["uid"] for p in before}
+
+
+def test_with_the_gate_disabled_a_disaggregatedset_creates_no_new_child_leaderworkersets_for_enrolled_roles(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, gate_toggle: None
+) -> None:
+    """A DisaggregatedSet enrolled in slice ComputeDomains does not create new child LeaderWorkerSets for enrolled roles (for example on scale-up or a new revision), because they would lack the claim that existing slices carry. Reconciliation reports an error until the gate is re-enabled or the annotation is removed."""
+    created = workloads.create_ds(api, ns, workloads.ds_manifest("llm", slices=1))
+    before = workloads.wait_slices_running(api, ns, "llm", pods_per_slice={0: 3})[0]
+    revision = workloads.revision_of(before[0])
+    domain = workloads.slice_domain("llm", 0, revision)
+    assert set(workloads.domains(api, ns)) == {domain}
+
+    for controller in CONTROLLERS:
+        controllers.start(testbed, controller, gate=False)
+    workloads.patch_ds(api, ns, "llm", {"spec": {"slices": 2}})
+    refusal = (
+        'metadata.name: Forbidden: role "decode" of slice 1 of DisaggregatedSet "llm" is enrolled in slice '
+        "ComputeDomains and the AutoComputeDomain feature gate is disabled: a new LeaderWorkerSet would lack the "
+        "ComputeDomain channel the slice's others carry; set featureGates.AutoComputeDomain=true (Helm) or "
+        "AutoComputeDomain: true (Configuration), or remove disaggregatedset.x-k8s.io/auto-compute-domain from the "
+        "DisaggregatedSet"
+    )
+    # Upstream's reconciliation reports the refusal (its log is the only place it does) ...
+    log = testbed.state_dir / "logs" / "lws-manager.log"
+    testing.wait_for(
+        lambda: (
+            refusal.replace('"', '\\"') in log.read_text(errors="replace") or refusal in log.read_text(errors="replace")
+        ),
+        what="upstream's reconcile error naming the refused LeaderWorkerSet of slice 1",
+        state=lambda: log.read_text(errors="replace")[-3000:],
+        timeout=workloads.TIMEOUT,
+    )
+    # ... and creates no LeaderWorkerSet for slice 1; the running slice, its pods and its domain are untouched.
+    assert {workloads.slice_of(c) for c in workloads.children(api, ns, "llm")} == {0}
+    pods = workloads.ds_pods(api, ns, "llm")
+    assert {p["metadata"]["uid"] for p in pods} == {p["metadata"]["uid"] for p in before}
+    assert all(not workloads.is_gated(p) for p in pods)
+    found = workloads.domains(api, ns)
+    assert set(found) == {domain}
+    assert not found[domain]["metadata"].get("deletionTimestamp")
+    assert keys.PROTECTION_FINALIZER in found[domain]["metadata"]["finalizers"]
+
+    # Re-enabling the gate unblocks the scale-up: slice 1 gets its LeaderWorkerSets, domain and pods.
+    for controller in CONTROLLERS:
+        controllers.start(testbed, controller, gate=True)
+    workloads.patch_ds(api, ns, "llm", {"metadata": {"labels": {"nudge": "1"}}})  # upstream retries with back-off
+    both = workloads.wait_slices_running(api, ns, "llm", pods_per_slice={0: 3, 1: 3})
+    assert {p["metadata"]["uid"] for p in both[0]} == {p["metadata"]["uid"] for p in before}
+    assert {workloads.domain_of(p) for p in both[1]} == {workloads.slice_domain("llm", 1, revision)}
+    assert (
+        workloads.domains(api, ns)[workloads.slice_domain("llm", 1, revision)]["metadata"]["labels"][
+            keys.OWNER_UID_LABEL
+        ]
+        == created["metadata"]["uid"]
+    )

@@ -475,3 +475,56 @@ def test_a_worker_of_a_replaced_leader_is_not_bound_to_the_old_domain(api: kube.
     assert "the pod is created again by its controller" in message
     assert api.get("v1", "pods", "moved-0-7", namespace=ns) is None
     workloads.wait_domains(api, ns, {str(new)})
+
+
+# --- mnnvl-ds killed during a rollout ---------------------------------------------------------------------------
+
+
+def kill_ds(testbed: cluster.Testbed) -> None:
+    """SIGKILL the one mnnvl-ds replica, which this test session started (never anyone else's process)."""
+    supervisor = processes.Supervisor(testbed.state_dir)
+    [replica] = controllers.running_replicas(testbed, keys.DS_CONTROLLER)
+    pid = supervisor.owned_pid(replica.name)
+    assert pid is not None, f"{replica.name} is not running"
+    parent = int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    assert parent == os.getpid(), f"{replica.name} (pid {pid}) was not started by this test session; not killing it"
+    assert supervisor.kill(replica.name) == pid
+    assert not supervisor.alive(replica.name)
+
+
+def test_mnnvl_ds_killed_during_a_rollout_never_deletes_a_domain_a_pod_still_uses(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed
+) -> None:
+    """mnnvl-ds killed mid-rollout, as it condemns the old revision's domain, never deletes a ComputeDomain a Pod still uses, and the set converges on the new revision's domain once it is back."""
+    workloads.create_ds(api, ns, workloads.ds_manifest("crash", slices=1))
+    [before] = workloads.wait_slices_running(api, ns, "crash", pods_per_slice={0: 3}).values()
+    old = workloads.slice_domain("crash", 0, workloads.revision_of(before[0]))
+
+    with InUseDeletions(testbed.api(), ns).running() as watch:
+        workloads.set_role_image(api, ns, "crash", 0, "nvcr.io/nvidia/vllm:2")
+        # Killed as the old revision's domain is about to be deleted (condemned, its pods gone or going). While
+        # mnnvl-ds is down its LeaderWorkerSet webhook fails closed, so the kill comes once the new revision's
+        # LeaderWorkerSets exist: a refused creation stalled the rollout for minutes on the testbed.
+        testing.wait_for(
+            lambda: (
+                keys.CONDEMNED_ANNOTATION
+                in ((get_domain(api, ns, old) or {"metadata": {}})["metadata"].get("annotations") or {})
+            ),
+            what=f"{old} condemned",
+            state=testing.state_of(lambda: workloads.ds_summary(api, ns, "crash")),
+            interval=0.02,
+            timeout=workloads.TIMEOUT,
+        )
+        kill_ds(testbed)
+        controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
+
+        def rolled() -> list[kube.Object] | None:
+            [pods] = workloads.wait_slices_running(api, ns, "crash", pods_per_slice={0: 3}).values()
+            return pods if workloads.revision_of(pods[0]) != workloads.revision_of(before[0]) else None
+
+        after = testing.wait_for(rolled, what="the new revision running", timeout=240)
+        new = workloads.slice_domain("crash", 0, workloads.revision_of(after[0]))
+        assert {workloads.domain_of(p) for p in after} == {new}
+        workloads.wait_domains(api, ns, {new})
+    assert watch.polls > 0
+    assert watch.found == []

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
+import pathlib
 import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
-from mnnvl_api import keys
+from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
 from mnnvl_runtime import kube
 from mnnvl_testbed import testing
@@ -189,9 +191,14 @@ def generate_named(manifest: dict[str, Any], generate_name: str) -> dict[str, An
 def create_lws_with_warnings(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> tuple[kube.Object, list[str]]:
     """Create an LWS, and return it with the warnings the API server sent back in `Warning` response headers
     (admission warnings among them), which `kube.Kube.request` does not expose."""
+    return create_with_warnings(api, kube.path_of(LWS_API, "leaderworkersets", namespace=ns), manifest)
+
+
+def create_with_warnings(api: kube.Kube, path: str, manifest: dict[str, Any]) -> tuple[kube.Object, list[str]]:
+    """POST `manifest` to `path`; the created object and the API server's `Warning` headers."""
     _, url, headers, payload, _ = api.api.param_serialize(
         method="POST",
-        resource_path=kube.path_of(LWS_API, "leaderworkersets", namespace=ns),
+        resource_path=path,
         header_params={"Accept": kube.JSON, "Content-Type": kube.JSON},
         body=manifest,
         auth_settings=["BearerToken"],
@@ -224,3 +231,162 @@ def webhook_failure(call: Callable[[], object]) -> str:
     assert failed.value.status == 500, f"expected a failed webhook call, got {failed.value.status}: {failed.value.body}"
     message: str = json.loads(failed.value.body or "{}").get("message", "")
     return message
+
+
+# --- DisaggregatedSets ----------------------------------------------------------------------------------------
+
+DS_API = keys.DS_API_VERSION
+#: The seed's Option 2 example, shrunk to fit a testbed clique per slice (the demo applies it too).
+DS_EXAMPLE = pathlib.Path(__file__).parents[1] / "packages/mnnvl-testbed/src/mnnvl_testbed/examples/llm-serving.yaml"
+
+
+def role_manifest(
+    name: str,
+    *,
+    replicas: int = 1,
+    size: int = 1,
+    gpus: str = "2",
+    image: str = "nvcr.io/nvidia/vllm:1",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A role whose pods hold a node's channel each (`gpus` of its 4 GPUs), rolled out one group at a time
+    without surging (`maxSurge: 0`), so a slice's revisions share the slice's clique without needing more nodes."""
+    container = {"name": "vllm", "image": image, "resources": {"limits": {keys.GPU_RESOURCE: gpus}}}
+    role: dict[str, Any] = {
+        "name": name,
+        "spec": {
+            "replicas": replicas,
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "leaderWorkerTemplate": {"size": size, "workerTemplate": {"spec": {"containers": [container]}}},
+        },
+    }
+    if annotations:
+        role["metadata"] = {"annotations": dict(annotations)}
+    return role
+
+
+def ds_manifest(
+    name: str,
+    *,
+    slices: int = 1,
+    roles: list[dict[str, Any]] | None = None,
+    opt_in: str | None = "enabled",
+    placement: bool = True,
+) -> dict[str, Any]:
+    """A DisaggregatedSet; by default prefill (1 group of 2) and decode (1 group of 1), each slice on a clique."""
+    spec: dict[str, Any] = {
+        "slices": slices,
+        "roles": roles if roles is not None else [role_manifest("prefill", size=2), role_manifest("decode")],
+    }
+    if placement:
+        spec["placementPolicy"] = {"type": "ExclusiveSlice", "topology": keys.GPU_CLIQUE_LABEL}
+    annotations = {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: opt_in} if opt_in is not None else {}
+    return {
+        "apiVersion": DS_API,
+        "kind": keys.DS_KIND,
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def ds_example() -> dict[str, Any]:
+    example: dict[str, Any] = yaml.safe_load(DS_EXAMPLE.read_text())
+    return example
+
+
+def ds_path(ns: str, name: str | None = None) -> str:
+    return kube.path_of(DS_API, keys.DS_PLURAL, namespace=ns, name=name)
+
+
+def create_ds(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> kube.Object:
+    return api.request("POST", ds_path(ns), body=manifest)
+
+
+def patch_ds(api: kube.Kube, ns: str, name: str, merge_patch: dict[str, Any]) -> kube.Object:
+    return api.request("PATCH", ds_path(ns, name), body=merge_patch, content_type=kube.MERGE_PATCH)
+
+
+def set_role_image(api: kube.Kube, ns: str, name: str, role_index: int, image: str) -> kube.Object:
+    """A new image for one role: a new revision of the whole set."""
+    path = f"/spec/roles/{role_index}/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/image"
+    return api.request(
+        "PATCH", ds_path(ns, name), body=[{"op": "replace", "path": path, "value": image}], content_type=kube.JSON_PATCH
+    )
+
+
+def children(api: kube.Kube, ns: str, ds: str) -> list[kube.Object]:
+    """The child LeaderWorkerSets of `ds` that are not being deleted."""
+    return [
+        lws
+        for lws in api.list_objects(
+            LWS_API, "leaderworkersets", namespace=ns, labelSelector=f"{keys.DS_NAME_LABEL}={ds}"
+        )
+        if not lws["metadata"].get("deletionTimestamp")
+    ]
+
+
+def revision_of(obj: kube.Object) -> str:
+    return str(obj["metadata"]["labels"][keys.DS_REVISION_LABEL])
+
+
+def slice_of(obj: kube.Object) -> int:
+    return int(obj["metadata"]["labels"].get(keys.DS_SLICE_LABEL, "0"))
+
+
+def role_of(obj: kube.Object) -> str:
+    return str(obj["metadata"]["labels"][keys.DS_ROLE_LABEL])
+
+
+def ds_pods(api: kube.Kube, ns: str, ds: str) -> list[kube.Object]:
+    return testing.pods(api, ns, f"{keys.DS_NAME_LABEL}={ds}")
+
+
+def slice_domain(ds: str, slice_index: int, revision: str) -> str:
+    return names.slice_domain_name(ds, slice_index, revision)
+
+
+def ds_summary(api: kube.Kube, ns: str, ds: str) -> dict[str, Any]:
+    return {
+        "children": sorted((c["metadata"]["name"], c["spec"]["replicas"]) for c in children(api, ns, ds)),
+        **summary(api, ns),
+    }
+
+
+def wait_slices_running(
+    api: kube.Kube, ns: str, ds: str, *, pods_per_slice: dict[int, int]
+) -> dict[int, list[kube.Object]]:
+    """Until exactly `pods_per_slice[slice]` pods of `ds` exist per slice, all of one revision per slice, Running
+    and ungated, and no pod of another slice is left; slice → its pods."""
+
+    def settled() -> dict[int, list[kube.Object]] | None:
+        pods = ds_pods(api, ns, ds)
+        by_slice: dict[int, list[kube.Object]] = {}
+        for pod in pods:
+            by_slice.setdefault(slice_of(pod), []).append(pod)
+        if {s: len(p) for s, p in by_slice.items()} != pods_per_slice:
+            return None
+        if any(p["metadata"].get("deletionTimestamp") or is_gated(p) for p in pods) or len(
+            testing.running(pods)
+        ) != len(pods):
+            return None
+        if any(len({revision_of(p) for p in members}) != 1 for members in by_slice.values()):
+            return None
+        return {s: sorted(p, key=lambda pod: pod["metadata"]["name"]) for s, p in by_slice.items()}
+
+    return testing.wait_for(
+        settled,
+        what=f"pods of {ds} Running per slice: {pods_per_slice}",
+        state=testing.state_of(lambda: ds_summary(api, ns, ds)),
+        timeout=180,
+    )
+
+
+def create_ds_with_warnings(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> tuple[kube.Object, list[str]]:
+    return create_with_warnings(api, ds_path(ns), manifest)
+
+
+def events(api: kube.Kube, ns: str, reason: str) -> list[kube.Object]:
+    return api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={reason}")

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.with_controllers:
                 for replica in [
                     *controllers.start(testbed, keys.LWS_CONTROLLER, gate=args.gate == "enabled"),
+                    *controllers.start(testbed, keys.DS_CONTROLLER, gate=args.gate == "enabled"),
                     *controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=args.gate == "enabled"),
                 ]:
                     print(

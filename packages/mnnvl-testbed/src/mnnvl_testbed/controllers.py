@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from mnnvl_api import keys, models
+from mnnvl_ds import registration as ds_registration
 from mnnvl_guardian import registration as guardian_registration
 from mnnvl_lws import registration as lws_registration
 from mnnvl_runtime import certs, kube
@@ -53,6 +54,7 @@ CONTROLLERS = {
     keys.LWS_CONTROLLER: Controller(
         "mnnvl_lws", lambda client_config, _: lws_registration.configurations(client_config)
     ),
+    keys.DS_CONTROLLER: Controller("mnnvl_ds", lambda client_config, _: ds_registration.configurations(client_config)),
     keys.GUARDIAN_CONTROLLER: Controller(
         "mnnvl_guardian",
         lambda client_config, configuration: guardian_registration.configurations(

@@ -1,7 +1,8 @@
-"""The demo: the testbed with mnnvl running, the deepseek-r1 example applied, and what happened to it.
+"""The demo: the testbed with mnnvl running, the seed's two examples applied, and what happened to them.
 
-Shows, per LeaderWorkerSet replica: its ComputeDomain, whether the domain is ready, which containers got the
-channel claim, and which pods are still gated.
+Option 1 (deepseek-r1, a LeaderWorkerSet) is reported per replica, Option 2 (llm-serving, a DisaggregatedSet,
+shrunk to fit a testbed clique per slice) per slice: its ComputeDomain, whether the domain is ready, which
+containers got the channel claim, and which pods are still gated.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from mnnvl_runtime import kube
 from . import cluster, controllers, testing
 
 EXAMPLE = pathlib.Path(__file__).parent / "examples" / "deepseek-r1.yaml"
+DS_EXAMPLE = pathlib.Path(__file__).parent / "examples" / "llm-serving.yaml"
+#: deepseek-r1 fills two cliques of 4 nodes; the DisaggregatedSet's two slices take two more.
+DEMO_NODES = 16
 CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
 
 
@@ -27,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mnnvl-demo", description=__doc__)
     parser.add_argument("--namespace", default="demo")
     args = parser.parse_args(argv)
-    testbed = cluster.up(cluster.default_state_dir())
+    testbed = cluster.up(cluster.default_state_dir(), nodes=DEMO_NODES)
     replicas = controllers.start_lws(testbed, gate=True)
+    ds_replicas = controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
     client = testbed.api()
     testing.wait_for(
@@ -43,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     lws = yaml.safe_load(EXAMPLE.read_text())
     lws["metadata"]["namespace"] = args.namespace
     client.apply(lws, "leaderworkersets")
-    print(f"applied {EXAMPLE.name} to namespace {args.namespace}; waiting for its groups to run ...", flush=True)
+    ds = yaml.safe_load(DS_EXAMPLE.read_text())
+    ds["metadata"]["namespace"] = args.namespace
+    client.apply(ds, keys.DS_PLURAL)
+    print(f"applied {EXAMPLE.name} and {DS_EXAMPLE.name} to namespace {args.namespace}; waiting for them to run ...")
     size = lws["spec"]["leaderWorkerTemplate"]["size"]
-    expected = lws["spec"]["replicas"] * size
+    per_slice = sum(r["spec"]["replicas"] * r["spec"]["leaderWorkerTemplate"]["size"] for r in ds["spec"]["roles"])
+    expected = lws["spec"]["replicas"] * size + ds["spec"]["slices"] * per_slice
     testing.wait_for(
         lambda: len(testing.running(testing.pods(client, args.namespace))) >= expected,
         what=f"{expected} pods Running",
@@ -53,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         timeout=180,
     )
     print(report(client, args.namespace, lws["metadata"]["name"]))
+    print(slice_report(client, args.namespace, ds["metadata"]["name"]))
     print(f"\nkubeconfig: {testbed.kubeconfig}")
-    print(f"metrics:    http://127.0.0.1:{replicas[0].metrics_port}/metrics")
+    print(f"metrics:    http://127.0.0.1:{replicas[0].metrics_port}/metrics (mnnvl-lws)")
+    print(f"            http://127.0.0.1:{ds_replicas[0].metrics_port}/metrics (mnnvl-ds)")
     print(f"try:        KUBECONFIG={testbed.kubeconfig} kubectl -n {args.namespace} get computedomains,pods -o wide")
     return 0
 
@@ -66,7 +77,9 @@ def report(client: kube.Kube, namespace: str, lws: str) -> str:
         for t in client.list_objects("resource.k8s.io/v1", "resourceclaimtemplates", namespace=namespace)
     }
     domains = {
-        d["metadata"]["name"]: d for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
+        d["metadata"]["name"]: d
+        for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
+        if d["metadata"].get("labels", {}).get(keys.WORKLOAD_NAME_LABEL) == lws
     }
     by_group: dict[str, list[dict[str, Any]]] = {}
     for pod in pods:
@@ -76,27 +89,78 @@ def report(client: kube.Kube, namespace: str, lws: str) -> str:
         members = sorted(by_group[group], key=lambda p: p["metadata"]["name"])
         domain = members[0]["metadata"].get("annotations", {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION, "(none)")
         found = domains.get(domain)
-        ready = (
-            found is not None
-            and not found["metadata"].get("deletionTimestamp")
-            and names.claim_template_name(domain) in templates
-        )
+        ready = _ready(domain, found, templates)
         nodes = found["spec"].get("numNodes") if found else "-"
         state = "ready" if ready else "not ready"
         lines.append(f"\nreplica {group}: ComputeDomain {domain} ({state}, numNodes={nodes})")
-        for pod in members:
-            claimed = [
-                c["name"]
-                for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
-                if any(r["name"] == keys.CHANNEL_CLAIM_NAME for r in (c.get("resources") or {}).get("claims", []))
-            ]
-            others = [c["name"] for c in pod["spec"]["containers"] if c["name"] not in claimed]
-            gate = "gated" if injection.is_gated(pod["spec"]) else "ungated"
-            phase, node = pod["status"].get("phase", "?"), pod["spec"].get("nodeName", "-")
-            lines.append(
-                f"  {pod['metadata']['name']:<22} {phase:<8} {gate:<8} node={node:<10} "
-                f"claim in: {', '.join(claimed) or '-'}   no claim: {', '.join(others) or '-'}"
-            )
+        lines.extend(pod_line(pod) for pod in members)
+    gated = [p["metadata"]["name"] for p in pods if injection.is_gated(p["spec"])]
+    lines.append(f"\ngated pods: {', '.join(gated) or 'none'}")
+    return "\n".join(lines)
+
+
+def pod_line(pod: dict[str, Any], width: int = 22) -> str:
+    """One pod: phase, gate, node, and which containers hold the channel claim."""
+    claimed = [
+        c["name"]
+        for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+        if any(r["name"] == keys.CHANNEL_CLAIM_NAME for r in (c.get("resources") or {}).get("claims", []))
+    ]
+    others = [c["name"] for c in pod["spec"]["containers"] if c["name"] not in claimed]
+    gate = "gated" if injection.is_gated(pod["spec"]) else "ungated"
+    phase, node = pod["status"].get("phase", "?"), pod["spec"].get("nodeName", "-")
+    return (
+        f"  {pod['metadata']['name']:<{width}} {phase:<8} {gate:<8} node={node:<10} "
+        f"claim in: {', '.join(claimed) or '-'}   no claim: {', '.join(others) or '-'}"
+    )
+
+
+def _ready(domain: str, found: dict[str, Any] | None, templates: set[str]) -> bool:
+    return (
+        found is not None
+        and not found["metadata"].get("deletionTimestamp")
+        and names.claim_template_name(domain) in templates
+    )
+
+
+def slice_report(client: kube.Kube, namespace: str, ds: str) -> str:
+    """Per slice of the DisaggregatedSet: its ComputeDomain, readiness, and each pod's claimed containers."""
+    pods = testing.pods(client, namespace, f"{keys.DS_NAME_LABEL}={ds}")
+    templates = {
+        t["metadata"]["name"]
+        for t in client.list_objects("resource.k8s.io/v1", "resourceclaimtemplates", namespace=namespace)
+    }
+    domains = {
+        d["metadata"]["name"]: d
+        for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
+        if d["metadata"].get("labels", {}).get(keys.WORKLOAD_NAME_LABEL) == ds
+    }
+    by_slice: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        by_slice.setdefault(pod["metadata"]["labels"].get(keys.DS_SLICE_LABEL, "0"), []).append(pod)
+    lines = [f"\nDisaggregatedSet {namespace}/{ds}: {len(by_slice)} slices, {len(domains)} ComputeDomains"]
+    for slice_index in sorted(by_slice, key=int):
+        members = sorted(by_slice[slice_index], key=lambda p: p["metadata"]["name"])
+        recorded = sorted(
+            {d for p in members if (d := p["metadata"].get("annotations", {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION))}
+        )
+        described = []
+        for domain in recorded:
+            found = domains.get(domain)
+            state = "ready" if _ready(domain, found, templates) else "not ready"
+            described.append(f"{domain} ({state}, numNodes={found['spec'].get('numNodes') if found else '-'})")
+        enrolled = sorted(
+            {
+                p["metadata"]["labels"][keys.DS_ROLE_LABEL]
+                for p in members
+                if p["metadata"].get("annotations", {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+            }
+        )
+        lines.append(
+            f"\nslice {slice_index}: ComputeDomain {', '.join(described) or '(none)'}; "
+            f"shared by roles: {', '.join(enrolled) or '-'}"
+        )
+        lines.extend(pod_line(pod, width=36) for pod in members)
     gated = [p["metadata"]["name"] for p in pods if injection.is_gated(p["spec"])]
     lines.append(f"\ngated pods: {', '.join(gated) or 'none'}")
     return "\n".join(lines)
