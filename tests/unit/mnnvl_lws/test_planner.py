@@ -79,7 +79,14 @@ def test_an_obsolete_domain_still_referenced_by_a_pod_is_kept() -> None:
 
 def test_a_domain_recorded_by_a_terminating_leader_is_not_obsolete() -> None:
     leaving = planner.PodFacts(
-        name="deepseek-r1-0", group=0, is_leader=True, domain=D0, gate_at=None, terminal=False, deleting=True
+        name="deepseek-r1-0",
+        uid="uid-deepseek-r1-0",
+        group=0,
+        is_leader=True,
+        domain=D0,
+        gate_at=None,
+        terminal=False,
+        deleting=True,
     )
     assert planner.plan(build.snapshot(pods_=(leaving,), domains_=(build.domain(D0),))).delete == ()
 

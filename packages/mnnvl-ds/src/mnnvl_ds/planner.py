@@ -58,22 +58,8 @@ class Child:
     deleting: bool = False
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PodFacts:
-    name: str
-    uid: str
-    #: The domain recorded on the pod at admission (None: it joins none).
-    domain: str | None
-    #: Where the ComputeDomain scheduling gate sits in `spec.schedulingGates` (None: not gated by us).
-    gate_at: int | None
-    terminal: bool
-    deleting: bool
-    #: The pod has containers that should hold the channel claim but holds none (admitted without our webhook).
-    missing_claim: bool = False
-
-    @property
-    def gated(self) -> bool:
-        return self.gate_at is not None
+#: A slice pod's planner facts are exactly what every scope knows of a pod.
+PodFacts = plans.PodFacts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import enrollment, injection, ownership, references
+from mnnvl_api.decisions import enrollment, ownership, plans
 from mnnvl_runtime import indexes, stores
 
 from . import decisions, planner
@@ -75,7 +75,7 @@ class Stores(stores.ScopeStores):
         if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_SLICE or not ds:
             return list(before)
         namespace = meta.get("namespace", "")
-        facts = pod_facts(pod)
+        facts = plans.pod_facts(pod)
         self.pods.put(uid, {(namespace, ds): facts})
         self.domain_users.put(uid, {(namespace, facts.domain): ds} if facts.domain else {})
         return sorted({*before, (namespace, ds)})
@@ -199,20 +199,6 @@ def child_facts(lws: Mapping[str, Any]) -> planner.Child | None:
         role=position.role,
         slice_scope=decisions.in_slice_scope(lws),
         deleting=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def pod_facts(pod: Mapping[str, Any]) -> planner.PodFacts:
-    meta = pod["metadata"]
-    spec = pod.get("spec") or {}
-    return planner.PodFacts(
-        name=meta["name"],
-        uid=meta.get("uid", ""),
-        domain=references.recorded_domain(pod),
-        gate_at=injection.gate_index(spec),
-        terminal=not references.is_non_terminal(pod),
-        deleting=bool(meta.get("deletionTimestamp")),
-        missing_claim=injection.lacks_channel_claim(spec, meta.get("annotations") or {}),
     )
 
 

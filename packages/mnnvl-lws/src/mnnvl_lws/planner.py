@@ -32,22 +32,11 @@ class Workload:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PodFacts:
-    name: str
+class PodFacts(plans.PodFacts):
+    """A replica pod: what every scope knows of a pod, and its place in its group."""
+
     group: int
     is_leader: bool
-    domain: str | None
-    #: Where the ComputeDomain scheduling gate sits in `spec.schedulingGates` (None: not gated by us).
-    gate_at: int | None
-    terminal: bool
-    deleting: bool
-    uid: str = ""
-    #: The pod has containers that should hold the channel claim but holds none (admitted without our webhook).
-    missing_claim: bool = False
-
-    @property
-    def gated(self) -> bool:
-        return self.gate_at is not None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

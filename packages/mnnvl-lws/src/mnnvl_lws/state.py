@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import domains, injection, opt_in, references
+from mnnvl_api.decisions import domains, opt_in, plans
 from mnnvl_runtime import indexes, stores
 
 from . import decisions, planner
@@ -141,20 +141,8 @@ def _deleting(facts: planner.Workload) -> bool:
 
 
 def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planner.PodFacts:
-    meta = pod["metadata"]
-    spec = pod.get("spec") or {}
-    annotations = meta.get("annotations") or {}
-    return planner.PodFacts(
-        name=meta["name"],
-        uid=meta.get("uid", ""),
-        group=position.group,
-        is_leader=position.is_leader,
-        domain=references.recorded_domain(pod),
-        gate_at=injection.gate_index(spec),
-        terminal=not references.is_non_terminal(pod),
-        deleting=bool(meta.get("deletionTimestamp")),
-        missing_claim=injection.lacks_channel_claim(spec, annotations),
-    )
+    observed = dataclasses.asdict(plans.pod_facts(pod))
+    return planner.PodFacts(**observed, group=position.group, is_leader=position.is_leader)
 
 
 #: The one store of this process: fed by the watch handlers and fresh lists, read by reconciliation and admission.

@@ -7,6 +7,44 @@ plans of both. Converged input yields an empty `Plan`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from . import injection, references
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodFacts:
+    """What every scope's planner knows of one watched pod of its workloads."""
+
+    name: str
+    uid: str
+    #: The domain recorded on the pod at admission (None: it joins none).
+    domain: str | None
+    #: Where the ComputeDomain scheduling gate sits in `spec.schedulingGates` (None: not gated by us).
+    gate_at: int | None
+    terminal: bool
+    deleting: bool
+    #: The pod has containers that should hold the channel claim but holds none (admitted without our webhook).
+    missing_claim: bool = False
+
+    @property
+    def gated(self) -> bool:
+        return self.gate_at is not None
+
+
+def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+    meta = pod["metadata"]
+    spec = pod.get("spec") or {}
+    return PodFacts(
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        domain=references.recorded_domain(pod),
+        gate_at=injection.gate_index(spec),
+        terminal=not references.is_non_terminal(pod),
+        deleting=bool(meta.get("deletionTimestamp")),
+        missing_claim=injection.lacks_channel_claim(spec, meta.get("annotations") or {}),
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
