@@ -138,7 +138,6 @@ def test_with_the_gate_disabled_a_disaggregatedset_creates_no_new_child_leaderwo
     # Re-enabling the gate unblocks the scale-up: slice 1 gets its LeaderWorkerSets, domain and pods.
     for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=True)
-    workloads.patch_ds(api, ns, "llm", {"metadata": {"labels": {"nudge": "1"}}})  # upstream retries with back-off
     both = workloads.wait_slices_running(api, ns, "llm", pods_per_slice={0: 3, 1: 3})
     assert {p["metadata"]["uid"] for p in both[0]} == {p["metadata"]["uid"] for p in before}
     assert {workloads.domain_of(p) for p in both[1]} == {workloads.slice_domain("llm", 1, revision)}

@@ -402,7 +402,6 @@ def test_a_colliding_compute_domain_is_not_adopted_and_keeps_its_slice_unscaled(
 
     # Once the foreign domain is gone, the slice comes up on a domain of its own.
     api.request("DELETE", domain_path(ns, foreign))
-    workloads.patch_ds(api, ns, "llm", {"metadata": {"labels": {"nudge": "1"}}})  # upstream retries with back-off
     both = wait_slices(api, ns, "llm", {0: 3, 1: 3})
     assert {workloads.domain_of(p) for p in both[1]} == {foreign}
     assert workloads.domains(api, ns)[foreign]["metadata"]["labels"][keys.OWNER_UID_LABEL] == created["metadata"]["uid"]

@@ -158,6 +158,41 @@ def blocked_positions(snapshot: Snapshot) -> set[SliceRevision]:
     }
 
 
+def held_back(snapshot: Snapshot) -> list[tuple[SliceRevision, domains.DomainFacts]]:
+    """The (slice, revision)s whose domain name a domain this DisaggregatedSet does not manage holds, with that
+    domain: their LeaderWorkerSets are refused at admission, so upstream cannot scale them."""
+    workload = snapshot.workload
+    if workload is None:
+        return []
+    held = []
+    for position in [*sorted(active_positions(snapshot)), *sorted(blocked_positions(snapshot))]:
+        found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
+        if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
+            held.append((position, found))
+    return held
+
+
+def holders(snapshot: Snapshot) -> frozenset[str]:
+    """The names of the domains that hold some slice of this DisaggregatedSet back."""
+    return frozenset(found.name for _, found in held_back(snapshot))
+
+
+def upstream_retry_due(snapshot: Snapshot, *, asked_this_term: bool, held_before: frozenset[str]) -> bool:
+    """Whether to ask upstream to reconcile this DisaggregatedSet again, now.
+
+    Upstream retries a refused child LeaderWorkerSet with exponential back-off (up to minutes), and nothing it
+    watches changes when the cause of the refusal goes away. Two causes can go away unseen by upstream: our
+    webhook was unreachable (it fails closed: this controller was down), and a foreign domain that held a
+    slice's name is gone. So ask once per Lease term (this replica may just have come back) and each time a
+    holder seen in the previous pass (`held_before`) no longer holds; never with the gate off (we refuse
+    anyway) or for a set we do not manage.
+    """
+    workload = snapshot.workload
+    if not snapshot.gate_enabled or workload is None or workload.deleting or not workload.opted_in:
+        return False
+    return not asked_this_term or bool(held_before - holders(snapshot))
+
+
 def plan(snapshot: Snapshot) -> plans.Plan:
     if not snapshot.gate_enabled:
         return plans.Plan()
@@ -173,19 +208,14 @@ def plan(snapshot: Snapshot) -> plans.Plan:
             if found is None:
                 if workload.opted_in and not workload.deleting:
                     create.append(_to_create(workload, position))
-            elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
-                warnings.append(_foreign(workload, position, found))
-            elif domains.is_ready(
+            elif domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER) and domains.is_ready(
                 found,
                 owner_uid=workload.uid,
                 manager=MANAGER,
                 template_exists=names.claim_template_name(name) in snapshot.existing_templates,
             ):
                 ready.add(name)
-        for position in sorted(blocked_positions(snapshot)):
-            found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
-            if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
-                warnings.append(_foreign(workload, position, found))
+        warnings += [_foreign(workload, position, found) for position, found in held_back(snapshot)]
         if workload.opted_in and not workload.deleting:
             warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
     ungate = tuple(

@@ -9,8 +9,7 @@ from typing import Any
 
 from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import injection, opt_in, ownership, references, templates
-
-JsonPatch = list[dict[str, Any]]
+from mnnvl_api.decisions.patches import JsonPatch
 
 
 def _templates(lws: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
