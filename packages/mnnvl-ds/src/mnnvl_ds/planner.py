@@ -226,30 +226,23 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     # Whatever a live pod records stays: a domain is never deleted under a pod.
     recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
     remaining = {(child.owner_uid, child.slice, child.revision) for child in snapshot.children}
-    delete: list[str] = []
-    uncondemn: list[str] = []
-    release: list[str] = []
-    for name, found in sorted(snapshot.domains.items()):
+
+    def wanted(found: domains.DomainFacts) -> bool:
         served = position_of(found)
-        if served is None or not is_ours(found, snapshot.ds_name):
-            continue
         current = workload is not None and workload.uid == found.owner_uid
-        wanted = current and (found.owner_uid, *served) in remaining
-        in_use = found.claim_template in snapshot.templates_in_use or name in recorded
-        if wanted or in_use:
-            if found.condemned and not found.deleting:
-                uncondemn.append(name)
-            continue
-        if not found.deleting:
-            delete.append(name)
-        elif domains.may_release(found, template_in_use=in_use):
-            release.append(name)
+        return current and served is not None and (found.owner_uid, *served) in remaining
+
+    retired = plans.retire(
+        (found for found in snapshot.domains.values() if is_ours(found, snapshot.ds_name)),
+        wanted=wanted,
+        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,
+    )
     return plans.Plan(
         create=tuple(create),
         ungate=ungate,
-        delete=tuple(delete),
-        uncondemn=tuple(uncondemn),
-        release=tuple(release),
+        delete=retired.delete,
+        uncondemn=retired.uncondemn,
+        release=retired.release,
         warnings=tuple(warnings),
     )
 
