@@ -66,7 +66,7 @@ def test_the_planner_never_acts_unsafely(snapshot: planner.Snapshot) -> None:
     assert created.isdisjoint(snapshot.domains)
     by_name = {p.name: p for p in snapshot.pods}
     for pod in plan.ungate:
-        domain = snapshot.domains[str(by_name[pod].domain)]
+        domain = snapshot.domains[str(by_name[pod.name].domain)]
         assert snapshot.workload is not None
         assert domain.owner_uid == snapshot.workload.uid
         assert not domain.deleting
