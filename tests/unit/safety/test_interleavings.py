@@ -15,37 +15,28 @@ all memory, and time passing. After every step:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 from typing import Any
 
-import jsonpatch
-import kopf
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import references
 from mnnvl_lws import admission, executor, planner, state
-from mnnvl_runtime import domains
 
-from . import memory_api
-from .memory_api import MemoryApi
+from .harness import GPU, NS, ScopeMachine
+from .memory_api import Object
 
-NS = "serving"
 LWS = "dsr1"
 GROUPS = (0, 1)
 WORKERS = (1, 2)
-FENCE = 10.0
-#: Longest time from the webhook's reads to the pod being persisted; must be below the fence.
-MAX_ADMISSION = 3.0
-GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
 CPU = {"name": "proxy", "image": "proxy"}
 
 
-def pod_body(name: str, *, leader: str | None, gpu: bool, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def pod_body(name: str, *, leader: str | None, gpu: bool, owner: dict[str, Any] | None = None) -> Object:
     meta: dict[str, Any] = {
         "name": name,
         "namespace": NS,
@@ -61,13 +52,14 @@ def pod_body(name: str, *, leader: str | None, gpu: bool, owner: dict[str, Any] 
     }
 
 
-class ReplicaScope(RuleBasedStateMachine):
+class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.api = MemoryApi()
-        self.user = self.api.client("kubectl")
-        self.now = 0.0
+        super().__init__(
+            component=keys.LWS_CONTROLLER,
+            scope=keys.SCOPE_REPLICA,
+            new_stores=state.Stores,
+            new_executor=executor.Executor,
+        )
         self.tokens = (
             "".join(t)
             for t in itertools.product(names.INCARNATION_TOKEN_ALPHABET, repeat=names.INCARNATION_TOKEN_LENGTH)
@@ -83,73 +75,23 @@ class ReplicaScope(RuleBasedStateMachine):
             },
             manager="kubectl",
         )
-        # A look-alike: named as we would name it and labelled as ours, but created by someone else.
         workload = planner.Workload(namespace=NS, name=LWS, uid=lws["metadata"]["uid"])
-        foreign_name = names.replica_domain_name(LWS, 0, "zzzzz")
-        self.foreign = self.api.put(
-            keys.COMPUTE_DOMAIN_PLURAL,
-            {
-                "metadata": {"name": foreign_name, "namespace": NS, "labels": planner.domain_labels(workload, 0)},
-                "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(foreign_name)}}},
-            },
-            manager="kubectl",
+        self.foreign = self._put_foreign_look_alike(
+            names.replica_domain_name(LWS, 0, "zzzzz"), planner.domain_labels(workload, 0)
         )
-        self.pending: list[tuple[float, dict[str, Any]]] = []
-        self.webhook_stores, self.webhook_cursor = state.Stores(), 0
         self._start_controller()
-
-    def teardown(self) -> None:
-        self.loop.close()
-
-    def _start_controller(self) -> None:
-        self.stores = state.Stores()
-        self.cursor = len(self.api.events)
-        self.synced = False
-        writer = domains.DomainWriter(
-            self.api.client(keys.LWS_CONTROLLER),
-            component=keys.LWS_CONTROLLER,
-            scope=keys.SCOPE_REPLICA,
-            fence_seconds=FENCE,
-            clock=lambda: self.now,
-        )
-        self.executor = executor.Executor(writer)
-
-    def _mirror(self, stores: state.Stores, plural: str) -> Any:
-        return {
-            "pods": stores.pod_mirror,
-            keys.LWS_PLURAL: stores.workload_mirror,
-            keys.COMPUTE_DOMAIN_PLURAL: stores.domain_mirror,
-            "resourceclaimtemplates": stores.template_mirror,
-        }.get(plural)
-
-    def _deliver(self, stores: state.Stores, cursor: int, count: int) -> int:
-        for plural, kind, body in self.api.events[cursor : cursor + count]:
-            mirror = self._mirror(stores, plural)
-            if mirror is not None:
-                mirror.observe(body, deleted=kind == "DELETED")
-        return min(cursor + count, len(self.api.events))
 
     # --- pods, as LWS, its StatefulSets and the API server's admission make them -----------------------
 
-    def _admit(self, body: dict[str, Any]) -> None:
-        try:
-            admitted = self.loop.run_until_complete(
-                admission.admit_pod(
-                    self.api.client(keys.LWS_CONTROLLER), self.webhook_stores, body, token=next(self.tokens)
-                )
-            )
-        except kopf.AdmissionError:
-            return  # refused or deferred: the creator tries again later
-        self.pending.append((self.now + MAX_ADMISSION, jsonpatch.apply_patch(body, admitted.patch)))
-
-    def _pod(self, name: str) -> dict[str, Any] | None:
-        return self.api.get("pods", NS, name)
+    def _admit_pod(self, body: Object) -> None:
+        client = self.api.client(keys.LWS_CONTROLLER)
+        self._admit(body, admission.admit_pod(client, self.webhook_stores, body, token=next(self.tokens)))
 
     @rule(group=st.sampled_from(GROUPS), gpu=st.booleans())
     def begin_leader(self, group: int, gpu: bool) -> None:
         name = f"{LWS}-{group}"
-        if self._pod(name) is None and not any(p["metadata"]["name"] == name for _, p in self.pending):
-            self._admit(pod_body(name, leader=None, gpu=gpu))
+        if self._pod(name) is None and not self._is_pending(name):
+            self._admit_pod(pod_body(name, leader=None, gpu=gpu))
 
     @rule(group=st.sampled_from(GROUPS), index=st.sampled_from(WORKERS))
     def begin_worker(self, group: int, index: int) -> None:
@@ -163,94 +105,56 @@ class ReplicaScope(RuleBasedStateMachine):
             "uid": statefulset["metadata"]["uid"],
             "controller": True,
         }
-        self._admit(pod_body(name, leader=f"{LWS}-{group}", gpu=True, owner=owner))
+        self._admit_pod(pod_body(name, leader=f"{LWS}-{group}", gpu=True, owner=owner))
 
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
     def persist(self, data: st.DataObject) -> None:
-        _, body = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
-        self._persist(body)
+        self._persist(self._take_pending(data))
 
-    def _persist(self, body: dict[str, Any]) -> None:
+    def _persist(self, body: Object) -> Object | None:
+        """A persisted leader gets its group's StatefulSet, replacing one of an earlier incarnation."""
+        created = super()._persist(body)
         name = body["metadata"]["name"]
-        if self._pod(name) is not None:
-            return  # the name is taken: the API server refuses the create
-        created = self.api.put("pods", body, manager="kube-controller-manager")
-        if keys.LWS_LEADER_NAME_ANNOTATION not in body["metadata"]["annotations"]:
+        if created is not None and keys.LWS_LEADER_NAME_ANNOTATION not in body["metadata"]["annotations"]:
             if self.api.get("statefulsets", NS, name) is not None:
                 self.api.delete("statefulsets", NS, name)
             owner = {"kind": "Pod", "name": name, "uid": created["metadata"]["uid"], "controller": True}
             self.api.put(
                 "statefulsets", {"metadata": {"name": name, "namespace": NS, "ownerReferences": [owner]}}, manager="lws"
             )
-
-    def persist_named(self, name: str) -> None:
-        """For scripted scenarios: persist the pending admission of pod `name`."""
-        (entry,) = [p for p in self.pending if p[1]["metadata"]["name"] == name]
-        self.pending.remove(entry)
-        self._persist(entry[1])
+        return created
 
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
     def abandon(self, data: st.DataObject) -> None:
-        self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
+        self._take_pending(data)
 
     @rule(group=st.sampled_from(GROUPS))
     def leader_fails(self, group: int) -> None:
         if self._pod(f"{LWS}-{group}") is not None:
-            self.api.update("pods", NS, f"{LWS}-{group}", lambda b: b["status"].__setitem__("phase", "Failed"))
+            self._pod_fails(f"{LWS}-{group}")
 
     @rule(group=st.sampled_from(GROUPS), index=st.sampled_from((0, *WORKERS)))
     def pod_deleted(self, group: int, index: int) -> None:
-        name = f"{LWS}-{group}" if index == 0 else f"{LWS}-{group}-{index}"
-        if self._pod(name) is not None:
-            self.api.delete("pods", NS, name)
+        self._delete_pod(f"{LWS}-{group}" if index == 0 else f"{LWS}-{group}-{index}")
 
     @rule(group=st.sampled_from(GROUPS))
     def group_restarted(self, group: int) -> None:
         for name in (f"{LWS}-{group}", *(f"{LWS}-{group}-{i}" for i in WORKERS)):
-            if self._pod(name) is not None:
-                self.api.delete("pods", NS, name)
+            self._delete_pod(name)
         if self.api.get("statefulsets", NS, f"{LWS}-{group}") is not None:
             self.api.delete("statefulsets", NS, f"{LWS}-{group}")
-
-    @rule(seconds=st.sampled_from((0.5, 2.0, 5.0, 12.0)))
-    def time_passes(self, seconds: float) -> None:
-        """Admissions due meanwhile end first: at the last moment, the worst case for a fence."""
-        self.now += seconds
-        for due in [p for p in self.pending if p[0] <= self.now]:
-            self.pending.remove(due)
-            self._persist(due[1])
 
     # --- the controller and a second replica's webhook, each behind the API by its own lag ----------------
 
     @rule(count=st.integers(1, 8))
     def controller_watch_catches_up(self, count: int) -> None:
-        self.cursor = self._deliver(self.stores, self.cursor, count)
+        super().controller_watch_catches_up(count)
 
     @rule(count=st.integers(1, 8))
     def webhook_watch_catches_up(self, count: int) -> None:
-        self.webhook_cursor = self._deliver(self.webhook_stores, self.webhook_cursor, count)
-
-    @rule()
-    def controller_relists(self) -> None:
-        version = str(max(int(b["metadata"]["resourceVersion"]) for _, _, b in self.api.events))
-        for mirror, plural in (
-            (self.stores.pod_mirror, "pods"),
-            (self.stores.workload_mirror, keys.LWS_PLURAL),
-            (self.stores.domain_mirror, keys.COMPUTE_DOMAIN_PLURAL),
-            (self.stores.template_mirror, "resourceclaimtemplates"),
-        ):
-            mirror.begin_list()
-            listed = self.api.all(plural)
-            for start in range(0, len(listed), memory_api.PAGE_SIZE):
-                mirror.take_page(listed[start : start + memory_api.PAGE_SIZE])
-            mirror.finish_list(version)
-        self.synced = True
-
-    @rule()
-    def controller_restarts(self) -> None:
-        self._start_controller()
+        super().webhook_watch_catches_up(count)
 
     @rule()
     def controller_reconciles(self) -> None:
@@ -259,11 +163,7 @@ class ReplicaScope(RuleBasedStateMachine):
         snapshot = self.stores.snapshot(NS, LWS, gate_enabled=True)
         self.loop.run_until_complete(self.executor.apply(snapshot, planner.plan(snapshot)))
 
-    # --- what must hold after every step ----------------------------------------------------------------
-
-    @invariant()
-    def no_domain_is_torn_down_under_a_pod(self) -> None:
-        assert [t for t in self.api.teardowns if t.users] == []
+    # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
     @invariant()
     def no_pod_is_bound_to_a_deleted_domain(self) -> None:
@@ -279,7 +179,9 @@ class ReplicaScope(RuleBasedStateMachine):
     def a_group_never_spans_two_domains(self) -> None:
         for pod in self.api.all("pods"):
             owner = next(iter(pod["metadata"].get("ownerReferences") or ()), None)
-            statefulset = self.api.get("statefulsets", NS, owner["name"]) if owner else None
+            if owner is None:
+                continue  # a leader
+            statefulset = self.api.get("statefulsets", NS, owner["name"])
             if statefulset is None or statefulset["metadata"]["uid"] != owner["uid"]:
                 continue  # a worker of a StatefulSet already replaced: not part of the current group
             leader_uid = statefulset["metadata"]["ownerReferences"][0]["uid"]
@@ -287,12 +189,6 @@ class ReplicaScope(RuleBasedStateMachine):
             if leader is None or leader["metadata"]["uid"] != leader_uid or not references.is_non_terminal(pod):
                 continue
             assert references.recorded_domain(pod) == references.recorded_domain(leader)
-
-    @invariant()
-    def a_foreign_look_alike_is_never_written(self) -> None:
-        found = self.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, self.foreign["metadata"]["name"])
-        assert found is not None
-        assert found["metadata"]["resourceVersion"] == self.foreign["metadata"]["resourceVersion"]
 
 
 ReplicaScope.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
@@ -337,16 +233,12 @@ def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_de
     machine.leader_fails(group=0)
     machine.controller_relists()
     machine.controller_reconciles()  # obsolete and unused as far as anyone can see: condemned
-    condemned = machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
-    assert condemned is not None
-    assert keys.CONDEMNED_ANNOTATION in condemned["metadata"]["annotations"]
+    assert machine.is_condemned(domain)
     machine.controller_reconciles()  # within the fence: nothing more
     machine.time_passes(seconds=12.0)  # the worker's admission ends within its deadline, before the fence
     machine.controller_reconciles()  # the final fresh read finds the worker: the mark is lifted
     check(machine)
-    kept = machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
-    assert kept is not None
-    assert keys.CONDEMNED_ANNOTATION not in kept["metadata"]["annotations"]
+    assert not machine.is_condemned(domain)  # kept
     machine.teardown()
 
 

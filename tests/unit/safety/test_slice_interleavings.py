@@ -16,34 +16,25 @@ pace), re-lists, controller restarts that lose all memory, and time passing. Aft
 
 from __future__ import annotations
 
-import asyncio
 import copy
-from typing import Any
 
-import jsonpatch
-import kopf
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import references
 from mnnvl_ds import admission, executor, planner, state
 from mnnvl_runtime import domains
 
-from .memory_api import MemoryApi
+from .harness import GPU, NS, ScopeMachine
 
-NS = "serving"
 DS = "llm"
 POSITIONS = ((0, "aaaaaaaa"), (0, "bbbbbbbb"), (1, "aaaaaaaa"), (1, "bbbbbbbb"))
 #: The look-alike's (slice, revision): its LeaderWorkerSets must never be admitted.
 FOREIGN_POSITION = (1, "bbbbbbbb")
 ROLES = ("prefill", "decode")
 PODS_PER_CHILD = (0, 1)
-FENCE = 10.0
-#: Longest time from the webhook's reads to the pod being persisted; must be below the fence.
-MAX_ADMISSION = 3.0
-GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
 CPU = {"name": "router", "image": "router"}
 
 
@@ -51,34 +42,26 @@ def child_name(position: tuple[int, str], role: str) -> str:
     return f"{DS}-{position[0]}-{position[1]}-{role}"
 
 
-class SliceScope(RuleBasedStateMachine):
+class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.api = MemoryApi()
-        self.now = 0.0
-        self._create_set()
-        foreign = names.slice_domain_name(DS, *FOREIGN_POSITION)
-        workload = planner.Workload(namespace=NS, name=DS, uid=self.ds_uid)
-        self.foreign = self.api.put(
-            keys.COMPUTE_DOMAIN_PLURAL,
-            {
-                "metadata": {
-                    "name": foreign,
-                    "namespace": NS,
-                    "labels": planner.domain_labels(workload, FOREIGN_POSITION),
-                },
-                "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(foreign)}}},
-            },
-            manager="kubectl",
+        super().__init__(
+            component=keys.DS_CONTROLLER,
+            scope=keys.SCOPE_SLICE,
+            new_stores=state.Stores,
+            new_executor=self._new_executor,
         )
-        self.pending: list[tuple[float, dict[str, Any]]] = []
-        self.webhook_stores, self.webhook_cursor = state.Stores(), 0
+        self._create_set()
+        workload = planner.Workload(namespace=NS, name=DS, uid=self.ds_uid)
+        self.foreign = self._put_foreign_look_alike(
+            names.slice_domain_name(DS, *FOREIGN_POSITION), planner.domain_labels(workload, FOREIGN_POSITION)
+        )
         self._start_controller()
         self.cursor = 0  # the first start watches from the beginning; a restart sees nothing until it re-lists
 
-    def teardown(self) -> None:
-        self.loop.close()
+    def _new_executor(self, writer: domains.DomainWriter) -> executor.Executor:
+        return executor.Executor(
+            writer, executor.UpstreamRetries(self.api.client(keys.DS_CONTROLLER), may_write=lambda: True)
+        )
 
     def _create_set(self) -> None:
         body = {
@@ -90,36 +73,6 @@ class SliceScope(RuleBasedStateMachine):
             "spec": {"roles": [{"name": role} for role in ROLES]},
         }
         self.ds_uid = self.api.put(keys.DS_PLURAL, body, manager="kubectl")["metadata"]["uid"]
-
-    def _start_controller(self) -> None:
-        self.stores = state.Stores()
-        self.cursor = len(self.api.events)
-        writer = domains.DomainWriter(
-            self.api.client(keys.DS_CONTROLLER),
-            component=keys.DS_CONTROLLER,
-            scope=keys.SCOPE_SLICE,
-            fence_seconds=FENCE,
-            clock=lambda: self.now,
-        )
-        self.executor = executor.Executor(
-            writer, executor.UpstreamRetries(self.api.client(keys.DS_CONTROLLER), may_write=lambda: True)
-        )
-
-    def _mirror(self, stores: state.Stores, plural: str) -> Any:
-        return {
-            "pods": stores.pod_mirror,
-            keys.DS_PLURAL: stores.workload_mirror,
-            keys.LWS_PLURAL: stores.child_mirror,
-            keys.COMPUTE_DOMAIN_PLURAL: stores.domain_mirror,
-            "resourceclaimtemplates": stores.template_mirror,
-        }.get(plural)
-
-    def _deliver(self, stores: state.Stores, cursor: int, count: int) -> int:
-        for plural, kind, body in self.api.events[cursor : cursor + count]:
-            mirror = self._mirror(stores, plural)
-            if mirror is not None:
-                mirror.observe(body, deleted=kind == "DELETED")
-        return min(cursor + count, len(self.api.events))
 
     # --- the DisaggregatedSet and its LeaderWorkerSets, as upstream makes them ---------------------------
 
@@ -175,8 +128,7 @@ class SliceScope(RuleBasedStateMachine):
     def delete_child(self, name: str) -> None:
         self.api.delete(keys.LWS_PLURAL, NS, name)
         for index in PODS_PER_CHILD:
-            if self.api.get("pods", NS, f"{name}-{index}") is not None:
-                self.api.delete("pods", NS, f"{name}-{index}")
+            self._delete_pod(f"{name}-{index}")
 
     @rule()
     def set_replaced(self) -> None:
@@ -199,9 +151,7 @@ class SliceScope(RuleBasedStateMachine):
     def begin_pod_of(self, child: str, index: int) -> None:
         lws = self.api.get(keys.LWS_PLURAL, NS, child)
         name = f"{child}-{index}"
-        if lws is None or self.api.get("pods", NS, name) is not None:
-            return
-        if any(p["metadata"]["name"] == name for _, p in self.pending):
+        if lws is None or self._pod(name) is not None or self._is_pending(name):
             return
         template_labels = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
         body = {
@@ -214,23 +164,13 @@ class SliceScope(RuleBasedStateMachine):
             "spec": {"containers": [copy.deepcopy(GPU if index == 0 else CPU)]},
             "status": {"phase": "Pending"},
         }
-        try:
-            admitted = self.loop.run_until_complete(
-                admission.admit_pod(self.api.client(keys.DS_CONTROLLER), self.webhook_stores, body)
-            )
-        except kopf.AdmissionError:
-            return  # refused or deferred: the StatefulSet tries again later
-        self.pending.append((self.now + MAX_ADMISSION, jsonpatch.apply_patch(body, admitted.patch)))
-
-    def _persist(self, body: dict[str, Any]) -> None:
-        if self.api.get("pods", NS, body["metadata"]["name"]) is None:
-            self.api.put("pods", body, manager="kube-controller-manager")
+        self._admit(body, admission.admit_pod(self.api.client(keys.DS_CONTROLLER), self.webhook_stores, body))
 
     @precondition(lambda self: self.pending)
     @rule(data=st.data(), lands=st.booleans())
     def admission_ends(self, data: st.DataObject, lands: bool) -> None:
         """A begun admission ends: the pod is persisted, or the request was abandoned (timed out, retried)."""
-        _, body = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
+        body = self._take_pending(data)
         if lands:
             self._persist(body)
 
@@ -241,39 +181,15 @@ class SliceScope(RuleBasedStateMachine):
             return
         name = data.draw(st.sampled_from(live))
         if data.draw(st.booleans()):
-            self.api.update("pods", NS, name, lambda b: b["status"].__setitem__("phase", "Failed"))
+            self._pod_fails(name)
         else:
             self.api.delete("pods", NS, name)
 
-    @rule(seconds=st.sampled_from((0.5, 2.0, 5.0, 12.0)))
-    def time_passes(self, seconds: float) -> None:
-        """Admissions due meanwhile end first: at the last moment, the worst case for a fence."""
-        self.now += seconds
-        for due in [p for p in self.pending if p[0] <= self.now]:
-            self.pending.remove(due)
-            self._persist(due[1])
-
     # --- the controller and a second replica's webhook, each behind the API by its own lag ----------------
-
-    def controller_watch_catches_up(self, count: int) -> None:
-        self.cursor = self._deliver(self.stores, self.cursor, count)
 
     @rule(count=st.sampled_from((1, 4, 1000)))
     def webhook_watch_catches_up(self, count: int) -> None:
-        self.webhook_cursor = self._deliver(self.webhook_stores, self.webhook_cursor, count)
-
-    @rule()
-    def controller_relists(self) -> None:
-        version = str(max(int(b["metadata"]["resourceVersion"]) for _, _, b in self.api.events))
-        for plural in ("pods", keys.DS_PLURAL, keys.LWS_PLURAL, keys.COMPUTE_DOMAIN_PLURAL, "resourceclaimtemplates"):
-            mirror = self._mirror(self.stores, plural)
-            mirror.begin_list()
-            mirror.take_page(self.api.all(plural))
-            mirror.finish_list(version)
-
-    @rule()
-    def controller_restarts(self) -> None:
-        self._start_controller()
+        super().webhook_watch_catches_up(count)
 
     @rule(count=st.sampled_from((0, 3, 1000)))
     def controller_reconciles(self, count: int = 0) -> None:
@@ -285,11 +201,7 @@ class SliceScope(RuleBasedStateMachine):
             snapshot = self.stores.snapshot(*key, gate_enabled=True)
             self.loop.run_until_complete(self.executor.apply(snapshot, planner.plan(snapshot)))
 
-    # --- what must hold after every step ----------------------------------------------------------------
-
-    @invariant()
-    def no_domain_is_torn_down_under_a_pod(self) -> None:
-        assert [t for t in self.api.teardowns if t.users] == []
+    # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
     @invariant()
     def no_pod_is_bound_to_a_domain_being_deleted(self) -> None:
@@ -312,10 +224,7 @@ class SliceScope(RuleBasedStateMachine):
             assert references.referenced_claim_templates(pod) <= {names.claim_template_name(own)}
 
     @invariant()
-    def a_foreign_look_alike_is_never_written_nor_its_slice_scaled(self) -> None:
-        found = self.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, self.foreign["metadata"]["name"])
-        assert found is not None
-        assert found["metadata"]["resourceVersion"] == self.foreign["metadata"]["resourceVersion"]
+    def the_foreign_look_alikes_slice_is_never_scaled(self) -> None:
         assert all(self.api.get(keys.LWS_PLURAL, NS, child_name(FOREIGN_POSITION, role)) is None for role in ROLES)
 
 
@@ -351,14 +260,10 @@ def test_a_pod_admitted_before_its_slice_was_drained_keeps_the_domain_until_it_e
     machine.delete_child(child_name((0, "aaaaaaaa"), "prefill"))
     machine.controller_relists()
     machine.controller_reconciles()  # obsolete and unused as far as anyone can see: condemned
-    condemned = machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
-    assert condemned is not None
-    assert keys.CONDEMNED_ANNOTATION in condemned["metadata"]["annotations"]
+    assert machine.is_condemned(domain)
     machine.time_passes(seconds=12.0)  # the pod lands within its deadline, before the fence has passed
     machine.controller_reconciles()  # the final fresh read finds the pod: the mark is lifted
-    kept = machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
-    assert kept is not None
-    assert keys.CONDEMNED_ANNOTATION not in kept["metadata"]["annotations"]
+    assert not machine.is_condemned(domain)  # kept
     assert domain not in machine.api.deleted_domains
     machine.teardown()
 
