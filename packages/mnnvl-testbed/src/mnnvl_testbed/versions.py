@@ -105,6 +105,39 @@ LWS_MANAGER = GoTool(
 
 ALL_TOOLS = (ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, LWS_MANAGER)
 
+# The chart's tools: rendering, offline schema validation, and the kustomize tree the chart is checked against.
+HELM_VERSION = "v3.22.0"
+KUBECONFORM_VERSION = "v0.8.0"
+KUSTOMIZE_VERSION = "v5.8.2"  # v5.8.3 needs go 1.27; the testbed builds with Go 1.26
+HELM = GoTool(
+    name="helm",
+    module="helm.sh/helm/v3",
+    version=HELM_VERSION,
+    package="helm.sh/helm/v3/cmd/helm",
+    # The Kubernetes version helm assumes without a cluster (`helm template`, `helm lint`): its client-go's, as
+    # helm's Makefile sets it; unset, helm assumes v1.20 and refuses the chart's kubeVersion.
+    ldflags=(
+        f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+        "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37",
+        "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+        "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37",
+    ),
+)
+KUBECONFORM = GoTool(
+    name="kubeconform",
+    module="github.com/yannh/kubeconform",
+    version=KUBECONFORM_VERSION,
+    package="github.com/yannh/kubeconform/cmd/kubeconform",
+)
+KUSTOMIZE = GoTool(
+    name="kustomize",
+    module="sigs.k8s.io/kustomize/kustomize/v5",
+    version=KUSTOMIZE_VERSION,
+    package="sigs.k8s.io/kustomize/kustomize/v5",
+)
+CHART_TOOLS = (HELM, KUBECONFORM, KUSTOMIZE)
+
 # Upstream CRDs, installed byte for byte from the third-party directory (never copied into this repository).
 
 
