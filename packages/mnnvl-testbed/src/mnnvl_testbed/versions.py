@@ -137,6 +137,27 @@ KUSTOMIZE = GoTool(
     package="sigs.k8s.io/kustomize/kustomize/v5",
 )
 CHART_TOOLS = (HELM, KUBECONFORM, KUSTOMIZE)
+#: The Kubernetes release whose built-in schemas (from the `kubernetes-validate` package) the chart is checked against.
+CHART_SCHEMAS_KUBERNETES = "1.36.0"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CrdModule:
+    """CRDs the chart renders objects of, read from a Go module (downloaded through the module proxy)."""
+
+    module: str
+    version: str
+    directory: str  # inside the module, holding plain CRD YAML files
+
+
+CHART_CRD_MODULES = (
+    CrdModule(module="github.com/cert-manager/cert-manager", version="v1.19.2", directory="deploy/crds"),
+    CrdModule(
+        module="github.com/prometheus-operator/prometheus-operator",
+        version="v0.85.0",
+        directory="example/prometheus-operator-crd",
+    ),
+)
 
 # Upstream CRDs, installed byte for byte from the third-party directory (never copied into this repository).
 
