@@ -17,7 +17,9 @@ from .conftest import MATRIX, Render, by_kind
 def test_every_rendered_configuration_loads_with_the_controllers_loader(
     case: str, rendered: dict[str, list[dict[str, Any]]], tmp_path: pathlib.Path
 ) -> None:
-    maps = {name: item for name, item in by_kind(rendered[case], "ConfigMap").items() if name.endswith("-configuration")}
+    maps = {
+        name: item for name, item in by_kind(rendered[case], "ConfigMap").items() if name.endswith("-configuration")
+    }
     assert maps, f"{case}: no Configuration rendered"
     for name, item in maps.items():
         path = tmp_path / f"{name}.yaml"

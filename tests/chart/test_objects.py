@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+# The modules that define metrics register them on the shared registry when imported.
+from mnnvl_guardian import telemetry  # noqa: F401
+from mnnvl_runtime import domains, executing, metrics, stores  # noqa: F401
+
 from .conftest import Render, by_kind, configuration_of, one
 
 CONTROLLERS = ("lws", "ds", "guardian", "topology")
@@ -15,7 +19,9 @@ ALL_ENABLED = {"topology": {"enabled": True, "kaiScheduler": {"installed": True}
 
 
 def components(objects: list[dict[str, Any]]) -> set[str]:
-    return {item["metadata"]["labels"]["app.kubernetes.io/component"] for item in by_kind(objects, "Deployment").values()}
+    return {
+        item["metadata"]["labels"]["app.kubernetes.io/component"] for item in by_kind(objects, "Deployment").values()
+    }
 
 
 def test_defaults_install_the_three_controllers_without_topology(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -91,24 +97,28 @@ def test_compute_domain_rbac_is_granted_exactly_when_the_gate_or_management_is_s
     }
     for controller, verbs in expected.items():
         rules = compute_domain_rules(objects, controller)
-        assert rules == ([{"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"], "verbs": verbs}]
-                         if granted else []), controller
+        assert rules == (
+            [{"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"], "verbs": verbs}] if granted else []
+        ), controller
     assert compute_domain_rules(objects, "topology") == []
 
 
-def test_no_controller_may_read_secrets_or_delete_pods(render: Render) -> None:
-    objects = render(overrides={"featureGates": {"AutoComputeDomain": True}, **ALL_ENABLED})
+def test_no_controller_may_read_secrets_or_delete_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["all-on"]
     for kind in ("ClusterRole", "Role"):
         for name, role in by_kind(objects, kind).items():
             for rule in role["rules"]:
                 assert "secrets" not in rule["resources"], f"{kind} {name}"
-                assert "*" not in rule["verbs"] and "*" not in rule["resources"], f"{kind} {name}"
+                assert "*" not in rule["verbs"], f"{kind} {name}"
+                assert "*" not in rule["resources"], f"{kind} {name}"
                 if "pods" in rule["resources"]:
                     assert not {"delete", "deletecollection", "create", "update"} & set(rule["verbs"]), name
 
 
-def test_leases_are_granted_in_the_release_namespace_only_for_the_controllers_own_lease(render: Render) -> None:
-    objects = render(overrides=ALL_ENABLED)
+def test_leases_are_granted_in_the_release_namespace_only_for_the_controllers_own_lease(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["all-on"]
     for controller in CONTROLLERS:
         cluster_rules = one(objects, "ClusterRole", f"mnnvl-{controller}")["rules"]
         assert not any("leases" in rule["resources"] for rule in cluster_rules)
@@ -126,8 +136,10 @@ def test_leases_are_granted_in_the_release_namespace_only_for_the_controllers_ow
 
 
 @pytest.mark.parametrize("controller", ["lws", "ds", "guardian", "topology"])
-def test_pods_run_non_root_read_only_without_privileges(render: Render, controller: str) -> None:
-    objects = render(overrides=ALL_ENABLED)
+def test_pods_run_non_root_read_only_without_privileges(
+    rendered: dict[str, list[dict[str, Any]]], controller: str
+) -> None:
+    objects = rendered["all-on"]
     pod = one(objects, "Deployment", f"mnnvl-{controller}")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
@@ -142,7 +154,8 @@ def test_pods_run_non_root_read_only_without_privileges(render: Render, controll
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-    assert ports["health"] == 8081 and ports["metrics"] == 8080
+    assert ports["health"] == 8081
+    assert ports["metrics"] == 8080
     assert ports.get("webhook") == (None if controller == "topology" else 9443)
     env = {variable["name"]: variable for variable in container["env"]}
     assert env["MNNVL_CONFIG_FILE"]["value"] == "/etc/mnnvl/configuration.yaml"
@@ -152,8 +165,10 @@ def test_pods_run_non_root_read_only_without_privileges(render: Render, controll
 
 def test_image_tag_defaults_to_the_app_version_and_each_controller_can_pin_its_own(render: Render) -> None:
     objects = render(overrides={"ds": {"image": {"tag": "0.0.9"}}})
-    images = {name: item["spec"]["template"]["spec"]["containers"][0]["image"]
-              for name, item in by_kind(objects, "Deployment").items()}
+    images = {
+        name: item["spec"]["template"]["spec"]["containers"][0]["image"]
+        for name, item in by_kind(objects, "Deployment").items()
+    }
     assert images == {
         "mnnvl-lws": "ghcr.io/mnnvl/mnnvl:0.1.0",
         "mnnvl-ds": "ghcr.io/mnnvl/mnnvl:0.0.9",
@@ -180,8 +195,13 @@ def test_a_global_gate_change_rolls_every_controller(render: Render) -> None:
     assert all(before[name] != after[name] for name in before)
 
 
-CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                  "ValidatingWebhookConfiguration", "FlowSchema")
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "FlowSchema",
+)
 
 
 def test_two_releases_with_different_subsets_share_no_cluster_scoped_name(render: Render) -> None:
@@ -191,17 +211,22 @@ def test_two_releases_with_different_subsets_share_no_cluster_scoped_name(render
     def names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
         return {(item["kind"], item["metadata"]["name"]) for item in objects if item["kind"] in CLUSTER_SCOPED}
 
-    assert names(first) and names(second)
+    assert names(first)
+    assert names(second)
     assert not names(first) & names(second)
     assert all(name.startswith("replica-mnnvl-") for _, name in names(first))
     assert all(name.startswith("slice-mnnvl-") for _, name in names(second))
 
 
 def test_webhooks_skip_kube_system_and_the_release_namespace(render: Render) -> None:
-    objects = render(namespace="platform", overrides={"lws": {"webhook": {"excludedNamespaces": ["batch"]}},
-                                                      "guardian": {"deletionProtection": "Deny"}})
-    configurations = [*by_kind(objects, "MutatingWebhookConfiguration").values(),
-                      *by_kind(objects, "ValidatingWebhookConfiguration").values()]
+    objects = render(
+        namespace="platform",
+        overrides={"lws": {"webhook": {"excludedNamespaces": ["batch"]}}, "guardian": {"deletionProtection": "Deny"}},
+    )
+    configurations = [
+        *by_kind(objects, "MutatingWebhookConfiguration").values(),
+        *by_kind(objects, "ValidatingWebhookConfiguration").values(),
+    ]
     assert len(configurations) == 5
     for item in configurations:
         expected = ["kube-system", "platform", *(["batch"] if item["metadata"]["name"].startswith("mnnvl-lws") else [])]
@@ -244,7 +269,11 @@ def test_the_certificate_modes_render_their_objects(rendered: dict[str, list[dic
 
     manager = rendered["certmanager"]
     certificate = one(manager, "Certificate", "mnnvl-webhook")
-    assert certificate["spec"]["issuerRef"] == {"name": "mnnvl-selfsigned", "kind": "Issuer", "group": "cert-manager.io"}
+    assert certificate["spec"]["issuerRef"] == {
+        "name": "mnnvl-selfsigned",
+        "kind": "Issuer",
+        "group": "cert-manager.io",
+    }
     assert "mnnvl-guardian-webhook.mnnvl-system.svc" in certificate["spec"]["dnsNames"]
     assert not by_kind(manager, "Secret")
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -256,7 +285,8 @@ def test_the_certificate_modes_render_their_objects(rendered: dict[str, list[dic
     assert issued["spec"]["issuerRef"]["kind"] == "ClusterIssuer"
 
     secret = rendered["secret"]
-    assert not by_kind(secret, "Secret") and not by_kind(secret, "Certificate")
+    assert not by_kind(secret, "Secret")
+    assert not by_kind(secret, "Certificate")
     volumes = one(secret, "Deployment", "mnnvl-lws")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "webhook-certs", "secret": {"secretName": "mnnvl-webhook-serving"}} in volumes
 
@@ -271,39 +301,46 @@ def test_the_flow_schema_puts_every_enabled_controllers_leases_in_the_leader_ele
         f"mnnvl-{controller}" for controller in CONTROLLERS
     }
     assert rule["resourceRules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"],
-         "namespaces": ["mnnvl-system"]}
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update", "patch"],
+            "namespaces": ["mnnvl-system"],
+        }
     ]
     assert not by_kind(render(overrides={"flowSchema": {"enabled": False}}), "FlowSchema")
 
 
 def test_monitoring_objects_are_optional_and_use_the_metrics_the_controllers_export(
-    rendered: dict[str, list[dict[str, Any]]]
+    rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     for kind in ("ServiceMonitor", "PrometheusRule"):
         assert not by_kind(rendered["defaults"], kind)
     rule = one(rendered["all-on"], "PrometheusRule", "mnnvl")
     alerts = {item["alert"]: item["expr"] for group in rule["spec"]["groups"] for item in group["rules"]}
     assert set(alerts) == {
-        "MnnvlPodsGatedTooLong", "MnnvlComputeDomainWriteErrors", "MnnvlReconcileErrors",
-        "MnnvlInUseDeletionRefused", "MnnvlControllerNotLeading", "MnnvlWebhookErrors",
+        "MnnvlPodsGatedTooLong",
+        "MnnvlComputeDomainWriteErrors",
+        "MnnvlReconcileErrors",
+        "MnnvlInUseDeletionRefused",
+        "MnnvlControllerNotLeading",
+        "MnnvlWebhookErrors",
     }
     monitor = one(rendered["all-on"], "ServiceMonitor", "mnnvl")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    metrics_services = {name for name, item in by_kind(rendered["all-on"], "Service").items()
-                        if item["metadata"]["labels"].get("mnnvl.dev/endpoint") == "metrics"}
+    metrics_services = {
+        name
+        for name, item in by_kind(rendered["all-on"], "Service").items()
+        if item["metadata"]["labels"].get("mnnvl.dev/endpoint") == "metrics"
+    }
     assert metrics_services == {f"mnnvl-{controller}-metrics" for controller in CONTROLLERS}
     assert "mnnvl-dashboard" in by_kind(rendered["all-on"], "ConfigMap")
 
 
 def test_alerts_and_the_dashboard_name_only_metrics_the_controllers_export(
-    rendered: dict[str, list[dict[str, Any]]]
+    rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
-    # The modules that define metrics, each registering them on the shared registry when imported.
-    from mnnvl_guardian import telemetry  # noqa: F401
-    from mnnvl_runtime import domains, executing, metrics, stores  # noqa: F401
-
-    exported = set(metrics.REGISTRY._names_to_collectors)  # noqa: SLF001 - every sample name, suffixes included
+    exported = set(metrics.REGISTRY._names_to_collectors)  # every sample name, suffixes included
     rule = one(rendered["all-on"], "PrometheusRule", "mnnvl")
     expressions = [item["expr"] for group in rule["spec"]["groups"] for item in group["rules"]]
     dashboard = by_kind(rendered["all-on"], "ConfigMap")["mnnvl-dashboard"]["data"]["mnnvl.json"]

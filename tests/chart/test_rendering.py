@@ -11,7 +11,7 @@ import pytest
 
 from mnnvl_testbed import chart
 
-from .conftest import MATRIX, Render, Validate, values_for
+from .conftest import MATRIX, Render, values_for
 
 
 def test_the_chart_passes_helm_lint_strict_with_every_values_file(tools: dict[str, pathlib.Path]) -> None:
@@ -25,10 +25,10 @@ def test_the_chart_passes_helm_lint_strict_with_every_values_file(tools: dict[st
 
 @pytest.mark.parametrize("case", MATRIX)
 def test_every_rendered_object_is_valid_against_its_schema(
-    case: str, rendered: dict[str, list[dict[str, Any]]], kubeconform: Validate
+    case: str, rendered: dict[str, list[dict[str, Any]]], schema_problems: dict[str, list[str]]
 ) -> None:
     assert rendered[case], f"{case} rendered nothing"
-    kubeconform(rendered[case])
+    assert schema_problems[case] == []
 
 
 @pytest.mark.parametrize(
