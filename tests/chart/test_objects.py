@@ -316,7 +316,7 @@ def test_monitoring_objects_are_optional_and_use_the_metrics_the_controllers_exp
 ) -> None:
     for kind in ("ServiceMonitor", "PrometheusRule"):
         assert not by_kind(rendered["defaults"], kind)
-    rule = one(rendered["all-on"], "PrometheusRule", "mnnvl")
+    rule = one(rendered["all-on"], "PrometheusRule", "mnnvl-alerts")
     alerts = {item["alert"]: item["expr"] for group in rule["spec"]["groups"] for item in group["rules"]}
     assert set(alerts) == {
         "MnnvlPodsGatedTooLong",
@@ -326,7 +326,7 @@ def test_monitoring_objects_are_optional_and_use_the_metrics_the_controllers_exp
         "MnnvlControllerNotLeading",
         "MnnvlWebhookErrors",
     }
-    monitor = one(rendered["all-on"], "ServiceMonitor", "mnnvl")
+    monitor = one(rendered["all-on"], "ServiceMonitor", "mnnvl-controllers")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     metrics_services = {
         name
@@ -341,7 +341,7 @@ def test_alerts_and_the_dashboard_name_only_metrics_the_controllers_export(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     exported = set(metrics.REGISTRY._names_to_collectors)  # every sample name, suffixes included
-    rule = one(rendered["all-on"], "PrometheusRule", "mnnvl")
+    rule = one(rendered["all-on"], "PrometheusRule", "mnnvl-alerts")
     expressions = [item["expr"] for group in rule["spec"]["groups"] for item in group["rules"]]
     dashboard = by_kind(rendered["all-on"], "ConfigMap")["mnnvl-dashboard"]["data"]["mnnvl.json"]
     named = set(re.findall(r"\bmnnvl_[a-z_]+", " ".join(expressions) + dashboard))
