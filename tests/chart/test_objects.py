@@ -347,3 +347,19 @@ def test_alerts_and_the_dashboard_name_only_metrics_the_controllers_export(
     named = set(re.findall(r"\bmnnvl_[a-z_]+", " ".join(expressions) + dashboard))
     assert named, "no metric named"
     assert named <= exported, sorted(named - exported)
+
+
+def test_a_disruption_budget_takes_min_available_when_set_else_max_unavailable(render: Render) -> None:
+    objects = render(
+        overrides={
+            "ds": {"podDisruptionBudget": {"minAvailable": 1}},
+            "guardian": {"podDisruptionBudget": {"enabled": False}},
+        }
+    )
+    budgets = {name: item["spec"] for name, item in by_kind(objects, "PodDisruptionBudget").items()}
+    assert {
+        name: {key: value for key, value in spec.items() if key != "selector"} for name, spec in budgets.items()
+    } == {
+        "mnnvl-lws": {"maxUnavailable": 1},
+        "mnnvl-ds": {"minAvailable": 1},
+    }

@@ -77,11 +77,6 @@ def test_every_rendered_object_is_valid_against_its_schema(
             "at '/guardian/deletionProtection': value must be one of 'Finalizer', 'Deny'",
             id="unknown-deletion-protection",
         ),
-        pytest.param(
-            {"lws": {"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}},
-            "lws.podDisruptionBudget sets both minAvailable and maxUnavailable; a PodDisruptionBudget takes one",
-            id="pdb-with-both-bounds",
-        ),
     ],
 )
 def test_impossible_values_fail_with_their_message(render: Render, overrides: dict[str, Any], message: str) -> None:
