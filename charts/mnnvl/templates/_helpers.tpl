@@ -27,9 +27,10 @@ controller registers admission handlers; the guardian always does, even in Final
 {{- end }}
 
 {{/* A controller's object name: <fullname>-<controller>; "mnnvl-lws" for a release named mnnvl. Call with
-(dict "root" $ "controller" "lws"). */}}
+(dict "root" $ "controller" "lws"). The full name is cut to 46 characters so the longest Service name,
+<component>-metrics or -webhook of the guardian or topology, stays a 63-character DNS label. */}}
 {{- define "mnnvl.component" -}}
-{{- printf "%s-%s" (include "mnnvl.fullname" .root | trunc 52 | trimSuffix "-") .controller }}
+{{- printf "%s-%s" (include "mnnvl.fullname" .root | trunc 46 | trimSuffix "-") .controller }}
 {{- end }}
 
 {{/* The controller's identity (console script, Lease, field manager): fixed, whatever the release. */}}
