@@ -63,6 +63,16 @@ def test_every_rendered_object_is_valid_against_its_schema(
             id="url-without-secret-mode",
         ),
         pytest.param(
+            {"lws": {"webhook": {"url": "http://127.0.0.1:9443"}}},
+            "at '/lws/webhook/url': 'http://127.0.0.1:9443' does not match pattern",
+            id="url-without-tls",
+        ),
+        pytest.param(
+            {"certs": {"mode": "certManager", "certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}},
+            "at '/certs/certManager/issuerRef'",
+            id="issuer-without-name",
+        ),
+        pytest.param(
             {"lws": {"replica": 3}},
             "additional properties 'replica' not allowed",
             id="unknown-key",
