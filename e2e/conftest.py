@@ -6,7 +6,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, controllers, testing, versions
+from mnnvl_testbed import cluster, controllers, kind, testing, versions
 
 from . import workloads
 
@@ -17,6 +17,13 @@ def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
     controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
     return controllers.start_lws(testbed, gate=True)
+
+
+@pytest.fixture(scope="session")
+def mnnvl(backend: str, request: pytest.FixtureRequest) -> None:
+    """mnnvl-lws, mnnvl-ds and mnnvl-guardian running with the gate enabled and their webhooks registered: local
+    processes on the testbed, the chart's Deployments on kind."""
+    request.getfixturevalue("kind_installation" if backend == kind.KIND else "lws_controller")
 
 
 @pytest.fixture(
@@ -38,7 +45,7 @@ def lws_replicas(testbed: cluster.Testbed, lws_controller: list[controllers.Repl
 
 
 @pytest.fixture
-def ns(api: kube.Kube, request: pytest.FixtureRequest, lws_controller: list[controllers.Replica]) -> Iterator[str]:
+def ns(api: kube.Kube, request: pytest.FixtureRequest, mnnvl: None) -> Iterator[str]:
     """A namespace per test; afterwards, the DRA simulator must have recorded no teardown of an in-use domain."""
     prefix = request.node.name.replace("_", "-").lower().removeprefix("test-")
     with testing.namespace(api, prefix) as name:

@@ -103,16 +103,21 @@ def test_naming_only_containers_without_gpus_is_admitted_with_a_warning_naming_t
     api: kube.Kube, ns: str
 ) -> None:
     """An LWS whose compute-domain-containers names only containers without GPUs, beside GPU containers, is
-    admitted, and the API server returns a warning naming the template and the GPU containers left out."""
+    admitted, and the API server returns a warning naming the template and the GPU containers left out; and one
+    advising placement within one NVLink clique, as nothing here asks for it (seed note on IMEX channels)."""
     manifest = workloads.lws_manifest(
         "proxied", replicas=1, size=1, worker_annotations={keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "routing-proxy"}
     )
     created, warnings = workloads.create_lws_with_warnings(api, ns, manifest)
     assert created["metadata"]["name"] == "proxied"
     assert warnings == [
+        "metadata.annotations[leaderworkerset.sigs.k8s.io/exclusive-topology]: per-replica ComputeDomains are "
+        "enabled, but nothing keeps each replica within one nvidia.com/gpu.clique: an IMEX channel only connects "
+        "GPUs within one NVLink clique, so a replica spread over several cliques cannot use its ComputeDomain; set "
+        "leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique",
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: "
         '"routing-proxy" names no container that requests nvidia.com/gpu, so GPU container "vllm" gets no '
-        "ComputeDomain channel; name the GPU containers too, or remove the annotation to target them automatically"
+        "ComputeDomain channel; name the GPU containers too, or remove the annotation to target them automatically",
     ]
     [pod] = workloads.wait_groups_running(api, ns, "proxied", replicas=1, size=1)
     assert workloads.claimed_containers(pod) == ["routing-proxy"]

@@ -138,7 +138,6 @@ def test_with_the_gate_disabled_a_disaggregatedset_creates_no_new_child_leaderwo
     # Re-enabling the gate unblocks the scale-up: slice 1 gets its LeaderWorkerSets, domain and pods.
     for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=True)
-    workloads.patch_ds(api, ns, "llm", {"metadata": {"labels": {"nudge": "1"}}})  # upstream retries with back-off
     both = workloads.wait_slices_running(api, ns, "llm", pods_per_slice={0: 3, 1: 3})
     assert {p["metadata"]["uid"] for p in both[0]} == {p["metadata"]["uid"] for p in before}
     assert {workloads.domain_of(p) for p in both[1]} == {workloads.slice_domain("llm", 1, revision)}
@@ -148,3 +147,52 @@ def test_with_the_gate_disabled_a_disaggregatedset_creates_no_new_child_leaderwo
         ]
         == created["metadata"]["uid"]
     )
+
+
+def test_with_the_gate_disabled_a_disaggregatedset_keeps_its_domains_and_removing_the_annotation_unblocks_it(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, gate_toggle: None
+) -> None:
+    """With the gate disabled nothing is deleted and no finalizer released, also for slice ComputeDomains; the refusal of new child LeaderWorkerSets lasts until the gate is re-enabled or the annotation is removed: removing it lets upstream create them (without the claim), and the running slice is untouched."""
+    workloads.create_ds(api, ns, workloads.ds_manifest("llm", slices=2))
+    before = workloads.wait_slices_running(api, ns, "llm", pods_per_slice={0: 3, 1: 3})
+    revision = workloads.revision_of(before[0][0])
+    domain_0, domain_1 = (workloads.slice_domain("llm", s, revision) for s in (0, 1))
+    assert set(workloads.domains(api, ns)) == {domain_0, domain_1}
+
+    for controller in CONTROLLERS:
+        controllers.start(testbed, controller, gate=False)
+    # Slices shrink: upstream deletes slice 1's LeaderWorkerSets, its pods go, and its domain stays.
+    workloads.patch_ds(api, ns, "llm", {"spec": {"slices": 1}})
+    testing.wait_for(
+        lambda: {workloads.slice_of(p) for p in workloads.ds_pods(api, ns, "llm")} == {0},
+        what="slice 1's pods gone",
+        state=testing.state_of(lambda: workloads.ds_summary(api, ns, "llm")),
+        timeout=workloads.TIMEOUT,
+    )
+    assert set(workloads.domains(api, ns)) == {domain_0, domain_1}
+    # Deleted by hand while the gate is off, the unused domain stays Terminating: its finalizer is not released.
+    api.request("DELETE", kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name=domain_1))
+
+    def held_by_protection() -> kube.Object | None:
+        found = workloads.domains(api, ns).get(domain_1)
+        return found if found and found["metadata"].get("finalizers") == [keys.PROTECTION_FINALIZER] else None
+
+    held = testing.wait_for(
+        held_by_protection, what=f"{domain_1} Terminating, held only by the protection finalizer", timeout=30
+    )
+    assert held["metadata"]["deletionTimestamp"]
+
+    # The annotation removed (and slices raised again in the same change): the role is no longer enrolled, so
+    # upstream's new LeaderWorkerSets are admitted; their pods start without a claim, and slice 0 runs on.
+    annotation = keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION
+    workloads.patch_ds(api, ns, "llm", {"metadata": {"annotations": {annotation: None}}, "spec": {"slices": 2}})
+    after = workloads.wait_slices_running(api, ns, "llm", pods_per_slice={0: 3, 1: 3})
+    assert {p["metadata"]["uid"] for p in after[0]} == {p["metadata"]["uid"] for p in before[0]}
+    assert all(workloads.domain_of(p) == domain_0 for p in after[0])
+    for pod in after[1]:
+        assert workloads.claimed_containers(pod) == [], pod["metadata"]["name"]
+        assert not workloads.is_gated(pod)
+    still = workloads.domains(api, ns)
+    assert set(still) == {domain_0, domain_1}
+    assert not still[domain_0]["metadata"].get("deletionTimestamp")
+    assert still[domain_1]["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]

@@ -94,8 +94,11 @@ def test_one_compute_domain_per_active_slice_and_revision_shared_across_enrolled
         assert "resourceClaims" not in encoder["spec"]
         assert keys.SCOPE_LABEL not in encoder["metadata"]["labels"]
     # Each domain existed before any pod of its slice: created as soon as the slice's first LeaderWorkerSet was.
+    children = workloads.children(api, ns, name)
     for slice_index, domain_name in expected.items():
         born = found[domain_name]["metadata"]["creationTimestamp"]
+        first_child = min(c["metadata"]["creationTimestamp"] for c in children if workloads.slice_of(c) == slice_index)
+        assert first_child <= born
         assert all(born <= p["metadata"]["creationTimestamp"] for p in per_slice[slice_index])
 
 
@@ -402,7 +405,6 @@ def test_a_colliding_compute_domain_is_not_adopted_and_keeps_its_slice_unscaled(
 
     # Once the foreign domain is gone, the slice comes up on a domain of its own.
     api.request("DELETE", domain_path(ns, foreign))
-    workloads.patch_ds(api, ns, "llm", {"metadata": {"labels": {"nudge": "1"}}})  # upstream retries with back-off
     both = wait_slices(api, ns, "llm", {0: 3, 1: 3})
     assert {workloads.domain_of(p) for p in both[1]} == {foreign}
     assert workloads.domains(api, ns)[foreign]["metadata"]["labels"][keys.OWNER_UID_LABEL] == created["metadata"]["uid"]
@@ -411,3 +413,32 @@ def test_a_colliding_compute_domain_is_not_adopted_and_keeps_its_slice_unscaled(
     api.request("DELETE", workloads.ds_path(ns, "llm"))
     wait_exact_domains(api, ns, "llm", set())
     assert workloads.ds_pods(api, ns, "llm") == []
+
+
+def test_a_role_scaled_by_a_disaggregatedsetrolescaler_joins_its_slice_domain_like_any_other(
+    api: kube.Kube, ns: str
+) -> None:
+    """External scaling: roles scaled by a DisaggregatedSetRoleScaler (slices: 1) behave the same."""
+    decode = workloads.role_manifest("decode")
+    del decode["spec"]["replicas"]
+    decode["scaling"] = {"mode": "External"}
+    workloads.create_ds(
+        api, ns, workloads.ds_manifest("scaled", roles=[workloads.role_manifest("prefill", size=2), decode])
+    )
+    [before] = wait_slices(api, ns, "scaled", {0: 3}).values()  # upstream seeds the new scaler with 1 group
+    domain = workloads.slice_domain("scaled", 0, workloads.revision_of(before[0]))
+    scale = kube.path_of(workloads.DS_API, "disaggregatedsetrolescalers", namespace=ns, name="scaled-decode") + "/scale"
+
+    api.patch(scale, {"spec": {"replicas": 2}})  # what an autoscaler does
+    [grown] = wait_slices(api, ns, "scaled", {0: 4}).values()
+    decoders = [p for p in grown if workloads.role_of(p) == "decode"]
+    assert len(decoders) == 2
+    for pod in grown:
+        assert workloads.domain_of(pod) == domain, pod["metadata"]["name"]
+        assert workloads.claimed_containers(pod) == ["vllm"], pod["metadata"]["name"]
+    assert set(workloads.domains(api, ns)) == {domain}
+
+    api.patch(scale, {"spec": {"replicas": 1}})
+    [shrunk] = wait_slices(api, ns, "scaled", {0: 3}).values()
+    assert {p["metadata"]["uid"] for p in shrunk} <= {p["metadata"]["uid"] for p in grown}
+    assert set(workloads.domains(api, ns)) == {domain}  # still used by the slice's other pods

@@ -4,6 +4,7 @@ pods bind only to domains their workload derives, and only to the current incarn
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import pathlib
@@ -528,3 +529,47 @@ def test_mnnvl_ds_killed_during_a_rollout_never_deletes_a_domain_a_pod_still_use
         workloads.wait_domains(api, ns, {new})
     assert watch.polls > 0
     assert watch.found == []
+
+
+def test_a_rollout_started_while_mnnvl_ds_is_down_goes_on_once_it_is_back(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed
+) -> None:
+    """mnnvl-ds killed as a rollout starts: while it is down its LeaderWorkerSet webhook fails closed, so upstream's creations of the new revision are refused and it backs off; once back, mnnvl-ds asks upstream to reconcile the set again, the rollout goes on, and no domain in use is ever deleted."""
+    workloads.create_ds(api, ns, workloads.ds_manifest("outage", slices=1))
+    [before] = workloads.wait_slices_running(api, ns, "outage", pods_per_slice={0: 3}).values()
+    log = testbed.state_dir / "logs" / "lws-manager.log"
+
+    def refusals() -> int:
+        return sum(
+            1
+            for line in log.read_text(errors="replace").splitlines()
+            if f'"namespace": "{ns}"' in line and 'failed calling webhook \\"validate-leaderworkerset.mnnvl-ds' in line
+        )
+
+    with InUseDeletions(testbed.api(), ns).running() as watch:
+        workloads.set_role_image(api, ns, "outage", 0, "nvcr.io/nvidia/vllm:2")
+        kill_ds(testbed)
+        refused_before = refusals()
+        testing.wait_for(
+            lambda: refusals() >= refused_before + 3,
+            what="upstream's creations of the new revision refused (and retried) while mnnvl-ds is down",
+            state=lambda: log.read_text(errors="replace")[-2000:],
+            timeout=workloads.TIMEOUT,
+        )
+        restarted_at = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
+
+        def rolled() -> list[kube.Object] | None:
+            [pods] = workloads.wait_slices_running(api, ns, "outage", pods_per_slice={0: 3}).values()
+            return pods if workloads.revision_of(pods[0]) != workloads.revision_of(before[0]) else None
+
+        after = testing.wait_for(rolled, what="the new revision running", timeout=workloads.TIMEOUT)
+        new = workloads.slice_domain("outage", 0, workloads.revision_of(after[0]))
+        assert {workloads.domain_of(p) for p in after} == {new}
+        workloads.wait_domains(api, ns, {new})
+    assert watch.polls > 0
+    assert watch.found == []
+    asked = api.request("GET", workloads.ds_path(ns, "outage"))["metadata"]["annotations"][
+        keys.RECONCILE_REQUESTED_ANNOTATION
+    ]
+    assert datetime.datetime.fromisoformat(asked) >= restarted_at

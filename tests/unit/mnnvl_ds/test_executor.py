@@ -4,7 +4,11 @@ by the fenced deletion, and never a domain that is not ours."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 from typing import Any
+
+import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains as facts
@@ -22,7 +26,8 @@ def run(api: MemoryApi, snapshot: planner.Snapshot, plan: plans.Plan) -> float |
     writer = domains.DomainWriter(
         api.client(keys.DS_CONTROLLER), component=keys.DS_CONTROLLER, scope=keys.SCOPE_SLICE, fence_seconds=0
     )
-    return asyncio.run(executor.Executor(writer).apply(snapshot, plan))
+    retries = executor.UpstreamRetries(api.client(keys.DS_CONTROLLER), may_write=lambda: True)
+    return asyncio.run(executor.Executor(writer, retries).apply(snapshot, plan))
 
 
 def stored(api: MemoryApi, name: str) -> dict[str, Any] | None:
@@ -70,3 +75,91 @@ def test_an_obsolete_domain_is_condemned_then_deleted_and_a_foreign_one_never() 
     kept = stored(api, foreign_name)
     assert kept is not None
     assert kept["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
+
+
+# --- asking upstream to retry -----------------------------------------------------------------------------
+
+ASKED_AT = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
+
+
+def put_set(api: MemoryApi, annotations: dict[str, str] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": build.DS, "namespace": build.NS}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return api.put(keys.DS_PLURAL, {"metadata": meta, "spec": {"roles": []}}, manager="kubectl")
+
+
+def requested(api: MemoryApi) -> str | None:
+    stored_set = api.get(keys.DS_PLURAL, build.NS, build.DS)
+    assert stored_set is not None
+    value: str | None = (stored_set["metadata"].get("annotations") or {}).get(keys.RECONCILE_REQUESTED_ANNOTATION)
+    return value
+
+
+class Retries:
+    def __init__(self, api: MemoryApi, *, may_write: bool = True) -> None:
+        self.retries = executor.UpstreamRetries(
+            api.client(keys.DS_CONTROLLER), may_write=lambda: may_write, now=lambda: ASKED_AT
+        )
+
+    def after(self, snapshot: planner.Snapshot) -> None:
+        asyncio.run(self.retries.after(snapshot))
+
+
+@pytest.mark.parametrize("annotations", [None, {"team": "serving"}], ids=["no-annotations", "annotations"])
+def test_upstream_is_asked_once_per_term_by_an_annotation_that_keeps_the_others(
+    annotations: dict[str, str] | None,
+) -> None:
+    api = MemoryApi()
+    created = put_set(api, annotations)
+    retries = Retries(api)
+    snapshot = build.snapshot(workload_=build.workload(uid=created["metadata"]["uid"]))
+    retries.after(snapshot)
+    assert requested(api) == "2026-11-30T12:00:00Z"
+    stored_set = api.get(keys.DS_PLURAL, build.NS, build.DS)
+    assert stored_set is not None
+    assert stored_set["metadata"]["annotations"] == {
+        **(annotations or {}),
+        keys.RECONCILE_REQUESTED_ANNOTATION: "2026-11-30T12:00:00Z",
+    }
+    version = stored_set["metadata"]["resourceVersion"]
+    retries.after(snapshot)  # our own write comes back as an event: no second request, no loop
+    assert api.get(keys.DS_PLURAL, build.NS, build.DS)["metadata"]["resourceVersion"] == version  # type: ignore[index]
+    retries.retries.on_lease_change(True)  # a new term
+    retries.after(snapshot)
+    assert api.get(keys.DS_PLURAL, build.NS, build.DS)["metadata"]["resourceVersion"] != version  # type: ignore[index]
+
+
+def test_another_incarnation_of_the_name_is_never_annotated() -> None:
+    api = MemoryApi()
+    put_set(api, None)
+    Retries(api).after(build.snapshot(workload_=build.workload(uid="an-earlier-incarnation")))
+    assert requested(api) is None
+
+
+def test_nothing_is_written_once_the_lease_may_have_passed() -> None:
+    api = MemoryApi()
+    created = put_set(api, None)
+    retries = Retries(api, may_write=False)
+    retries.after(build.snapshot(workload_=build.workload(uid=created["metadata"]["uid"])))
+    assert requested(api) is None
+
+
+def test_the_sets_a_foreign_domain_held_back_are_known_by_its_name_so_its_deletion_reaches_them() -> None:
+    api = MemoryApi()
+    created = put_set(api, None)
+    retries = Retries(api)
+    foreign = build.domain(build.domain_name(2), owner_uid=None, manager=None, workload_name=None)
+    held = build.snapshot(
+        children=(build.child_facts(0), build.child_facts(1)),
+        domains_=(build.domain(slice_index=0), build.domain(slice_index=1), foreign),
+        workload_=build.workload(uid=created["metadata"]["uid"], slices=3),
+    )
+    retries.after(held)
+    assert retries.retries.held_by(build.NS, foreign.name) == [(build.NS, build.DS)]
+    assert retries.retries.held_by("elsewhere", foreign.name) == []
+    version = api.get(keys.DS_PLURAL, build.NS, build.DS)["metadata"]["resourceVersion"]  # type: ignore[index]
+    freed = dataclasses.replace(held, domains={n: d for n, d in held.domains.items() if n != foreign.name})
+    retries.after(freed)  # asked this term already, but the slice is free now
+    assert api.get(keys.DS_PLURAL, build.NS, build.DS)["metadata"]["resourceVersion"] != version  # type: ignore[index]
+    assert retries.retries.held_by(build.NS, foreign.name) == []

@@ -171,6 +171,50 @@ def test_domains_of_a_revision_the_set_no_longer_runs_are_no_collision() -> None
     assert collisions(snapshot) == []
 
 
+# --- asking upstream to retry -----------------------------------------------------------------------------
+
+
+def due(snapshot: planner.Snapshot, *, asked: bool, held_before: frozenset[str] = frozenset()) -> bool:
+    return planner.upstream_retry_due(snapshot, asked_this_term=asked, held_before=held_before)
+
+
+def test_upstream_is_asked_to_retry_a_managed_set_once_per_lease_term() -> None:
+    """Our webhook fails closed: while this controller was down, upstream's child creations were refused and it
+    backed off; nothing it watches changes when we come back."""
+    snapshot = build.snapshot(children=seed_children())
+    assert due(snapshot, asked=False)
+    assert not due(snapshot, asked=True)
+
+
+def test_upstream_is_asked_to_retry_once_a_foreign_domain_no_longer_holds_a_slice() -> None:
+    foreign = build.domain(build.domain_name(2), owner_uid=None, manager=None, workload_name=None)
+    held = build.snapshot(
+        children=seed_children(),
+        domains_=(build.domain(slice_index=0), build.domain(slice_index=1), foreign),
+        workload_=build.workload(slices=3),
+    )
+    assert planner.holders(held) == {foreign.name}
+    freed = dataclasses.replace(held, domains={name: d for name, d in held.domains.items() if name != foreign.name})
+    assert planner.holders(freed) == frozenset()
+    assert due(freed, asked=True, held_before=planner.holders(held))
+    assert not due(held, asked=True, held_before=planner.holders(held))  # still held: no news for upstream
+    assert due(held, asked=False)  # other slices may have been refused while we were down
+
+
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        build.snapshot(children=seed_children(), gate_enabled=False),
+        build.snapshot(children=seed_children(), gone=True),
+        build.snapshot(children=seed_children(), workload_=build.workload(deleting=True)),
+        build.snapshot(children=seed_children(), workload_=build.workload(opted_in=False)),
+    ],
+    ids=["gate-disabled", "set-gone", "set-deleting", "set-not-managed"],
+)
+def test_upstream_is_never_asked_about_a_set_we_refuse_anyway_or_do_not_manage(snapshot: planner.Snapshot) -> None:
+    assert not due(snapshot, asked=False, held_before=frozenset({D0}))
+
+
 # --- ungating --------------------------------------------------------------------------------------------
 
 

@@ -35,8 +35,12 @@ def lws(
     }
 
 
-def opted_in(**kwargs: Any) -> dict[str, Any]:
-    return lws(annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}, **kwargs)
+def opted_in(*, placed: bool = True, **kwargs: Any) -> dict[str, Any]:
+    """An opted-in LWS; `placed`: its groups are kept within one NVLink clique, as the seed's example does."""
+    annotations = {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}
+    if placed:
+        annotations[keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION] = keys.GPU_CLIQUE_LABEL
+    return lws(annotations=annotations, **kwargs)
 
 
 def pod(

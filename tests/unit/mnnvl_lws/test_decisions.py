@@ -7,7 +7,7 @@ import jsonpatch
 import pytest
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import injection, opt_in
+from mnnvl_api.decisions import injection, opt_in, ownership
 from mnnvl_lws import decisions
 
 from ..mnnvl_api import pods
@@ -273,6 +273,37 @@ def test_a_prefix_other_than_the_generate_name_is_rejected() -> None:
 
 
 # --- warnings --------------------------------------------------------------------------------------------
+
+
+def test_an_opted_in_lws_whose_groups_nothing_keeps_within_one_clique_is_admitted_with_a_warning() -> None:
+    """Seed note: an IMEX channel only connects GPUs within the same NVLink clique; pair auto-compute-domain with
+    placement constraints such as exclusive-topology."""
+    lws = build.opted_in(placed=False)
+    assert decisions.lws_errors(lws, None, build.ENV_ON) == []
+    assert decisions.lws_warnings(lws) == [
+        "metadata.annotations[leaderworkerset.sigs.k8s.io/exclusive-topology]: per-replica ComputeDomains are "
+        "enabled, but nothing keeps each replica within one nvidia.com/gpu.clique: an IMEX channel only connects "
+        "GPUs within one NVLink clique, so a replica spread over several cliques cannot use its ComputeDomain; set "
+        "leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique"
+    ]
+
+
+def test_no_placement_warning_for_a_placed_a_plain_or_a_disaggregatedset_owned_lws() -> None:
+    assert decisions.lws_warnings(build.opted_in()) == []
+    assert decisions.lws_warnings(build.lws()) == []
+    owned = build.opted_in(placed=False)
+    owned["metadata"]["labels"] = {keys.DS_NAME_LABEL: "llm"}
+    owned["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": keys.DS_API_VERSION,
+            "kind": keys.DS_KIND,
+            "name": "llm",
+            "uid": "u1",
+            "controller": True,
+        }
+    ]
+    assert ownership.controlled_by_disaggregated_set(owned["metadata"])
+    assert decisions.lws_warnings(owned) == []  # its set is advised, on the set's own fields
 
 
 def test_naming_only_containers_without_gpus_warns_about_the_gpu_containers_left_without_the_channel() -> None:

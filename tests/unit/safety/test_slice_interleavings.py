@@ -101,7 +101,9 @@ class SliceScope(RuleBasedStateMachine):
             fence_seconds=FENCE,
             clock=lambda: self.now,
         )
-        self.executor = executor.Executor(writer)
+        self.executor = executor.Executor(
+            writer, executor.UpstreamRetries(self.api.client(keys.DS_CONTROLLER), may_write=lambda: True)
+        )
 
     def _mirror(self, stores: state.Stores, plural: str) -> Any:
         return {

@@ -72,6 +72,9 @@ SCHEDULING_GATE: Final = "leaderworkerset.sigs.k8s.io/compute-domain"
 #: On a managed ComputeDomain about to be deleted: pods are no longer admitted onto it (value: the controller).
 #: Set with a resourceVersion precondition before the final in-use check, removed again if a user appears.
 CONDEMNED_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-condemned"
+#: On a DisaggregatedSet: when mnnvl-ds last asked upstream to reconcile it again (an RFC 3339 time), after a cause
+#: of refusing its child LeaderWorkerSets went away; upstream would otherwise wait out its retry back-off.
+RECONCILE_REQUESTED_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-reconcile-requested"
 #: Stamped into enrolled pod templates (and so on pods); pod webhooks select on it. Values: SCOPE_*.
 SCOPE_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-scope"
 SCOPE_REPLICA: Final = "replica"

@@ -28,30 +28,25 @@ AVAILABILITY = admission.ApiAvailability()
 
 @kopf.on.mutate(*DS, id="mutate-disaggregatedset", registry=state.registry)
 def mutate_disaggregatedset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-    operation: str | None = kwargs.get("operation")
-    with admission.measured("mutate-disaggregatedset", operation) as outcome:
-        context = operator.context_of(memo)
-        env = AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
-        operations = decisions.ds_patch(dict(body), env)
-        if operations:
-            patch.fns.append(admission.transform(operations))
-            outcome.result = "patched"
+    admission.mutate_workload(
+        "mutate-disaggregatedset",
+        kwargs.get("operation"),
+        patch,
+        lambda: decisions.ds_patch(dict(body), AVAILABILITY.environment(operator.context_of(memo))),
+    )
 
 
 @kopf.on.validate(*DS, id="validate-disaggregatedset", registry=state.registry)
 def validate_disaggregatedset(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
-    operation: str | None = kwargs.get("operation")
     old: kopf.Body | None = kwargs.get("old")
-    with admission.measured("validate-disaggregatedset", operation):
-        if operation == "DELETE":
-            return
-        context = operator.context_of(memo)
-        env = AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
+
+    def check() -> tuple[list[errors.FieldError], list[str]]:
         ds = dict(body)
+        env = AVAILABILITY.environment(operator.context_of(memo))
         found = decisions.ds_errors(ds, dict(old) if old else None, env)
-        if found:
-            raise admission.reject(found)
-        warnings.extend(decisions.ds_warnings(ds))
+        return found, decisions.ds_warnings(ds)
+
+    admission.validate_workload("validate-disaggregatedset", kwargs.get("operation"), warnings, check)
 
 
 # async: its fresh reads are awaited on the client's own pool instead of holding one of kopf's threads.

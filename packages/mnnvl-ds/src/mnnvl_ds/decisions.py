@@ -18,8 +18,8 @@ import pydantic
 
 from mnnvl_api import errors, keys, models, names
 from mnnvl_api.decisions import domains, enrollment, injection, opt_in, ownership, placement, templates
+from mnnvl_api.decisions.patches import JsonPatch
 
-JsonPatch = list[dict[str, Any]]
 #: The scope label each role scope stamps (none: no label).
 STAMPS = {enrollment.RoleScope.SLICE: keys.SCOPE_SLICE, enrollment.RoleScope.REPLICA: keys.SCOPE_REPLICA}
 #: Every value of the scope label that this controller writes into role templates.

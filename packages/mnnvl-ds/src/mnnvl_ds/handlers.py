@@ -26,6 +26,7 @@ WATCH_SELECTORS: operator.WatchSelectors = {
 
 STORES = state.STORES
 _reconciler: reconciling.ScopeReconciler[planner.Snapshot] | None = None
+_retries: executor.UpstreamRetries | None = None
 
 
 def reconciler() -> reconciling.ScopeReconciler[planner.Snapshot]:
@@ -33,15 +34,23 @@ def reconciler() -> reconciling.ScopeReconciler[planner.Snapshot]:
     return _reconciler
 
 
+def retries() -> executor.UpstreamRetries:
+    assert _retries is not None, "the controller has not started"
+    return _retries
+
+
 @kopf.on.startup(registry=state.registry, id="start-reconciler")
 async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
     global _reconciler  # noqa: PLW0603 - one reconciler per process, created once kopf runs
+    global _retries  # noqa: PLW0603 - as the reconciler
     context = operator.context_of(memo)
+    _retries = asking = executor.UpstreamRetries(context.client, may_write=context.elector.may_write)
+    context.elector.on_change.append(asking.on_lease_change)
     _reconciler = reconciling.ScopeReconciler(
         context,
         STORES,
         planner.plan,
-        executor.Executor,
+        lambda writer: executor.Executor(writer, asking),
         kind=keys.DS_KIND,
         scope=keys.SCOPE_SLICE,
         resync_seconds=RESYNC_SECONDS,
@@ -79,7 +88,10 @@ async def on_child(body: kopf.Body, type: str, **_: Any) -> None:
     registry=state.registry,
 )
 async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
-    reconciler().enqueue(*STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
+    touched = STORES.domain_mirror.observe(body, deleted=type == "DELETED")
+    if type == "DELETED":  # a foreign domain that held a slice back may be gone
+        touched += retries().held_by(body.metadata.namespace or "", body.metadata.name or "")
+    reconciler().enqueue(*touched)
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates", id="claimtemplates", registry=state.registry)

@@ -158,6 +158,41 @@ def blocked_positions(snapshot: Snapshot) -> set[SliceRevision]:
     }
 
 
+def held_back(snapshot: Snapshot) -> list[tuple[SliceRevision, domains.DomainFacts]]:
+    """The (slice, revision)s whose domain name a domain this DisaggregatedSet does not manage holds, with that
+    domain: their LeaderWorkerSets are refused at admission, so upstream cannot scale them."""
+    workload = snapshot.workload
+    if workload is None:
+        return []
+    held = []
+    for position in [*sorted(active_positions(snapshot)), *sorted(blocked_positions(snapshot))]:
+        found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
+        if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
+            held.append((position, found))
+    return held
+
+
+def holders(snapshot: Snapshot) -> frozenset[str]:
+    """The names of the domains that hold some slice of this DisaggregatedSet back."""
+    return frozenset(found.name for _, found in held_back(snapshot))
+
+
+def upstream_retry_due(snapshot: Snapshot, *, asked_this_term: bool, held_before: frozenset[str]) -> bool:
+    """Whether to ask upstream to reconcile this DisaggregatedSet again, now.
+
+    Upstream retries a refused child LeaderWorkerSet with exponential back-off (up to minutes), and nothing it
+    watches changes when the cause of the refusal goes away. Two causes can go away unseen by upstream: our
+    webhook was unreachable (it fails closed: this controller was down), and a foreign domain that held a
+    slice's name is gone. So ask once per Lease term (this replica may just have come back) and each time a
+    holder seen in the previous pass (`held_before`) no longer holds; never with the gate off (we refuse
+    anyway) or for a set we do not manage.
+    """
+    workload = snapshot.workload
+    if not snapshot.gate_enabled or workload is None or workload.deleting or not workload.opted_in:
+        return False
+    return not asked_this_term or bool(held_before - holders(snapshot))
+
+
 def plan(snapshot: Snapshot) -> plans.Plan:
     if not snapshot.gate_enabled:
         return plans.Plan()
@@ -173,19 +208,14 @@ def plan(snapshot: Snapshot) -> plans.Plan:
             if found is None:
                 if workload.opted_in and not workload.deleting:
                     create.append(_to_create(workload, position))
-            elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
-                warnings.append(_foreign(workload, position, found))
-            elif domains.is_ready(
+            elif domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER) and domains.is_ready(
                 found,
                 owner_uid=workload.uid,
                 manager=MANAGER,
                 template_exists=names.claim_template_name(name) in snapshot.existing_templates,
             ):
                 ready.add(name)
-        for position in sorted(blocked_positions(snapshot)):
-            found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
-            if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
-                warnings.append(_foreign(workload, position, found))
+        warnings += [_foreign(workload, position, found) for position, found in held_back(snapshot)]
         if workload.opted_in and not workload.deleting:
             warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
     ungate = tuple(
@@ -196,30 +226,23 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     # Whatever a live pod records stays: a domain is never deleted under a pod.
     recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
     remaining = {(child.owner_uid, child.slice, child.revision) for child in snapshot.children}
-    delete: list[str] = []
-    uncondemn: list[str] = []
-    release: list[str] = []
-    for name, found in sorted(snapshot.domains.items()):
+
+    def wanted(found: domains.DomainFacts) -> bool:
         served = position_of(found)
-        if served is None or not is_ours(found, snapshot.ds_name):
-            continue
         current = workload is not None and workload.uid == found.owner_uid
-        wanted = current and (found.owner_uid, *served) in remaining
-        in_use = found.claim_template in snapshot.templates_in_use or name in recorded
-        if wanted or in_use:
-            if found.condemned and not found.deleting:
-                uncondemn.append(name)
-            continue
-        if not found.deleting:
-            delete.append(name)
-        elif domains.may_release(found, template_in_use=in_use):
-            release.append(name)
+        return current and served is not None and (found.owner_uid, *served) in remaining
+
+    retired = plans.retire(
+        (found for found in snapshot.domains.values() if is_ours(found, snapshot.ds_name)),
+        wanted=wanted,
+        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,
+    )
     return plans.Plan(
         create=tuple(create),
         ungate=ungate,
-        delete=tuple(delete),
-        uncondemn=tuple(uncondemn),
-        release=tuple(release),
+        delete=retired.delete,
+        uncondemn=retired.uncondemn,
+        release=retired.release,
         warnings=tuple(warnings),
     )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from mnnvl_api import keys, names
+from mnnvl_api import keys
 from mnnvl_api.decisions import enrollment, ownership, plans
 from mnnvl_runtime import indexes, stores
 
@@ -128,9 +128,7 @@ class Stores(stores.ScopeStores):
             known = self.shared.domain(namespace, name)
             if known is not None:
                 found[name] = known
-        relevant_templates = {f.claim_template for f in found.values()} | {
-            names.claim_template_name(name) for name in wanted
-        }
+        usage = self.usage(namespace, found, wanted)
         return planner.Snapshot(
             namespace=namespace,
             ds_name=ds,
@@ -138,11 +136,9 @@ class Stores(stores.ScopeStores):
             children=children,
             pods=pods,
             domains=found,
-            existing_templates=frozenset(t for t in relevant_templates if self.shared.template_exists(namespace, t)),
-            templates_in_use=frozenset(
-                f.claim_template for f in found.values() if (namespace, f.claim_template) in self.shared.template_users
-            ),
-            domains_recorded=frozenset(name for name in found if (namespace, name) in self.shared.domain_recorders),
+            existing_templates=usage.existing_templates,
+            templates_in_use=usage.templates_in_use,
+            domains_recorded=usage.domains_recorded,
             gate_enabled=gate_enabled,
         )
 

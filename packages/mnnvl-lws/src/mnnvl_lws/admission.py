@@ -25,32 +25,28 @@ LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 AVAILABILITY = admission.ApiAvailability()
 
 
-def environment(context: operator.Context) -> opt_in.Environment:
-    return AVAILABILITY.environment(context.client, gate_enabled=context.gate_enabled)
-
-
 @kopf.on.mutate(*LWS, id="mutate-leaderworkerset", registry=state.registry)
 def mutate_leaderworkerset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-    operation: str | None = kwargs.get("operation")
-    with admission.measured("mutate-leaderworkerset", operation) as outcome:
-        operations = decisions.template_patch(dict(body), environment(operator.context_of(memo)))
-        if operations:
-            patch.fns.append(admission.transform(operations))
-            outcome.result = "patched"
+    admission.mutate_workload(
+        "mutate-leaderworkerset",
+        kwargs.get("operation"),
+        patch,
+        lambda: decisions.template_patch(dict(body), AVAILABILITY.environment(operator.context_of(memo))),
+    )
 
 
 @kopf.on.validate(*LWS, id="validate-leaderworkerset", registry=state.registry)
 def validate_leaderworkerset(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
-    operation: str | None = kwargs.get("operation")
     old: kopf.Body | None = kwargs.get("old")
-    with admission.measured("validate-leaderworkerset", operation):
-        if operation == "DELETE":
-            return
+
+    def check() -> tuple[list[errors.FieldError], list[str]]:
         lws = dict(body)
-        found = decisions.lws_errors(lws, dict(old) if old else None, environment(operator.context_of(memo)))
-        if found:
-            raise admission.reject(found)
-        warnings.extend(decisions.lws_warnings(lws))
+        found = decisions.lws_errors(
+            lws, dict(old) if old else None, AVAILABILITY.environment(operator.context_of(memo))
+        )
+        return found, decisions.lws_warnings(lws)
+
+    admission.validate_workload("validate-leaderworkerset", kwargs.get("operation"), warnings, check)
 
 
 # async: it reads the watch stores, which only the event loop thread may touch (LWS handlers above run in

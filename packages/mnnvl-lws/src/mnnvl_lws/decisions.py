@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import injection, opt_in, ownership, references, templates
-
-JsonPatch = list[dict[str, Any]]
+from mnnvl_api.decisions import injection, opt_in, ownership, placement, references, templates
+from mnnvl_api.decisions.patches import JsonPatch
 
 
 def _templates(lws: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -98,9 +97,16 @@ def lws_errors(
 
 
 def lws_warnings(lws: Mapping[str, Any]) -> list[str]:
-    """What is allowed but probably not meant: templates whose named containers leave their GPU containers
-    without the channel claim."""
-    return [
+    """What is allowed but probably not meant: an opted-in LWS whose groups nothing keeps within one NVLink
+    clique (the LWS of a DisaggregatedSet is advised on its set instead), and templates whose named containers
+    leave their GPU containers without the channel claim."""
+    meta = lws.get("metadata") or {}
+    found: list[str] = []
+    if _opted_in(lws) and not ownership.controlled_by_disaggregated_set(meta):
+        advice = placement.replica_placement_warning(meta.get("annotations") or {}, "", placed=False)
+        if advice is not None:
+            found.append(advice)
+    return found + [
         warning
         for field, template in _templates(lws)
         for warning in templates.template_warnings(template, f"spec.leaderWorkerTemplate.{field}")

@@ -127,27 +127,17 @@ def plan(snapshot: Snapshot) -> plans.Plan:
         and p.domain in ready
         and (p.is_leader or leader_domains.get(p.group) == p.domain)
     )
-    delete: list[str] = []
-    uncondemn: list[str] = []
-    release: list[str] = []
-    for name, found in sorted(snapshot.domains.items()):
-        if not is_ours(found, snapshot.lws_name):
-            continue
-        in_use = found.claim_template in snapshot.templates_in_use or name in recorded
-        if name in current or in_use:
-            if found.condemned and not found.deleting:
-                uncondemn.append(name)
-            continue
-        if not found.deleting:
-            delete.append(name)
-        elif domains.may_release(found, template_in_use=in_use):
-            release.append(name)
+    retired = plans.retire(
+        (found for found in snapshot.domains.values() if is_ours(found, snapshot.lws_name)),
+        wanted=lambda found: found.name in current,
+        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,
+    )
     return plans.Plan(
         create=tuple(create),
         ungate=ungate,
-        delete=tuple(delete),
-        uncondemn=tuple(uncondemn),
-        release=tuple(release),
+        delete=retired.delete,
+        uncondemn=retired.uncondemn,
+        release=retired.release,
         warnings=tuple(warnings),
     )
 

@@ -111,20 +111,16 @@ class Stores(stores.ScopeStores):
         for pod in pods:
             if pod.domain and pod.domain not in found and (recorded := self.shared.domain(namespace, pod.domain)):
                 found[pod.domain] = recorded
-        relevant_templates = {names.claim_template_name(name) for name in found} | {
-            names.claim_template_name(p.domain) for p in pods if p.domain
-        }
+        usage = self.usage(namespace, found, (p.domain for p in pods if p.domain))
         return planner.Snapshot(
             namespace=namespace,
             lws_name=lws,
             workload=self.workload(namespace, lws),
             pods=pods,
             domains=found,
-            existing_templates=frozenset(t for t in relevant_templates if self.shared.template_exists(namespace, t)),
-            templates_in_use=frozenset(
-                f.claim_template for f in found.values() if (namespace, f.claim_template) in self.shared.template_users
-            ),
-            domains_recorded=frozenset(name for name in found if (namespace, name) in self.shared.domain_recorders),
+            existing_templates=usage.existing_templates,
+            templates_in_use=usage.templates_in_use,
+            domains_recorded=usage.domains_recorded,
             gate_enabled=gate_enabled,
         )
 

@@ -16,7 +16,7 @@ import kopf
 from mnnvl_api import errors, keys
 from mnnvl_api.decisions import domains, opt_in
 
-from . import kube, metrics, preflight
+from . import kube, metrics, operator, preflight
 
 log = logging.getLogger(__name__)
 API_CHECK_SECONDS = 10.0
@@ -35,9 +35,10 @@ class ApiAvailability:
             self._checked_at = time.monotonic()
         return self._served
 
-    def environment(self, client: kube.Kube, *, gate_enabled: bool) -> opt_in.Environment:
+    def environment(self, context: operator.Context) -> opt_in.Environment:
         """What admission decisions depend on besides the object; the API is not asked while the gate is off."""
-        return opt_in.Environment(gate_enabled=gate_enabled, api_served=gate_enabled and self.served(client))
+        gate_enabled = context.gate_enabled
+        return opt_in.Environment(gate_enabled=gate_enabled, api_served=gate_enabled and self.served(context.client))
 
 
 class Outcome:
@@ -79,6 +80,35 @@ def transform(operations: list[dict[str, Any]]) -> Callable[[Any], None]:
         jsonpatch.apply_patch(body, operations, in_place=True)
 
     return apply
+
+
+def mutate_workload(
+    webhook: str, operation: str | None, patch: kopf.Patch, operations: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A workload's (LWS, DisaggregatedSet) mutating webhook: measured, applying the JSON patch `operations`
+    computes, if any."""
+    with measured(webhook, operation) as outcome:
+        found = operations()
+        if found:
+            patch.fns.append(transform(found))
+            outcome.result = "patched"
+
+
+def validate_workload(
+    webhook: str,
+    operation: str | None,
+    warnings: list[str],
+    check: Callable[[], tuple[list[errors.FieldError], list[str]]],
+) -> None:
+    """A workload's validating webhook: measured; refuses with every field error `check` finds, else admits with
+    its warnings. A deletion is never refused."""
+    with measured(webhook, operation):
+        if operation == "DELETE":
+            return
+        found, advice = check()
+        if found:
+            raise reject(found)
+        warnings.extend(advice)
 
 
 def retry(message: str) -> kopf.AdmissionError:

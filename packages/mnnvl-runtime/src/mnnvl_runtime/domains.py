@@ -19,7 +19,7 @@ from typing import TypeVar
 import prometheus_client
 
 from mnnvl_api import events, keys
-from mnnvl_api.decisions import domains, fencing, injection, references
+from mnnvl_api.decisions import domains, fencing, injection, patches, references
 
 from . import events as posting
 from . import kube, metrics
@@ -277,19 +277,14 @@ class DomainWriter:
     async def _mark(self, current: kube.Object, *, condemn: bool) -> bool:
         """Set or lift the condemned mark on exactly the object version that was checked."""
         domain = domains.facts_of(current)
-        pointer = "/metadata/annotations/" + keys.CONDEMNED_ANNOTATION.replace("~", "~0").replace("/", "~1")
         precondition = [
             {"op": "test", "path": "/metadata/uid", "value": domain.uid},
             {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},
         ]
-        if condemn and current["metadata"].get("annotations") is None:
-            marks = [
-                {"op": "add", "path": "/metadata/annotations", "value": {keys.CONDEMNED_ANNOTATION: self.component}}
-            ]
-        elif condemn:
-            marks = [{"op": "add", "path": pointer, "value": self.component}]
+        if condemn:
+            marks = patches.set_annotation(current["metadata"], keys.CONDEMNED_ANNOTATION, self.component)
         else:
-            marks = [{"op": "remove", "path": pointer}]
+            marks = [{"op": "remove", "path": patches.pointer("metadata", "annotations", keys.CONDEMNED_ANNOTATION)}]
         try:
             await self.client.apatch(
                 domain_path(domain.namespace, domain.name), precondition + marks, content_type=kube.JSON_PATCH

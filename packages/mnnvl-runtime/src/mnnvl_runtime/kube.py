@@ -63,6 +63,16 @@ def path_of(api_version: str, plural: str, *, namespace: str | None = None, name
     return f"{scoped}/{name}" if name else scoped
 
 
+NO_CREDENTIALS = (
+    "no Kubernetes credentials: not in a cluster (KUBERNETES_SERVICE_HOST is unset) and no kubeconfig "
+    "(set KUBECONFIG, or run in a Pod with a ServiceAccount token)"
+)
+
+
+class CredentialsError(RuntimeError):
+    """Neither a kubeconfig nor a Pod's ServiceAccount gives this process a way to reach the API server."""
+
+
 def load_api_client(
     kubeconfig: pathlib.Path | None = None, *, max_connections: int = MAX_CONCURRENT_REQUESTS
 ) -> client.ApiClient:
@@ -71,12 +81,18 @@ def load_api_client(
     configuration = client.Configuration()
     configuration.connection_pool_maxsize = max_connections
     if kubeconfig is not None:
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        try:
+            config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as error:
+            raise CredentialsError(f"cannot load the kubeconfig {kubeconfig}: {error}") from error
     else:
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            try:
+                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except config.ConfigException as error:
+                raise CredentialsError(NO_CREDENTIALS) from error
     return client.ApiClient(configuration)
 
 

@@ -96,7 +96,12 @@ def run(
         return 2
     endpoints = settings.endpoints(process, configuration)
     logs.configure(who.name, process.log_level)
-    client = kube.Kube(kube.load_api_client(process.kubeconfig), field_manager=who.field_manager)
+    try:
+        api_client = kube.load_api_client(process.kubeconfig)
+    except kube.CredentialsError as error:
+        print(f"{who.name}: cannot start: {error}", file=sys.stderr)
+        return 1
+    client = kube.Kube(api_client, field_manager=who.field_manager)
     problems = preflight(client, configuration)
     if problems:
         for problem in problems:

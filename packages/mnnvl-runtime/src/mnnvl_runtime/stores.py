@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import prometheus_client
 
+from mnnvl_api import names
 from mnnvl_api.decisions import domains, references
 
 from . import indexes, kube, metrics
@@ -283,6 +284,15 @@ def _deleting(facts: domains.DomainFacts) -> bool:
     return facts.deleting
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DomainUsage:
+    """What a scope's snapshot knows of its domains' claim templates and users."""
+
+    existing_templates: frozenset[str]
+    templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
+    domains_recorded: frozenset[str]  # recorded by non-terminal pods in the namespace
+
+
 @dataclasses.dataclass
 class ScopeStores:
     """What a scope controller (replica, slice) keeps to tell which of its workloads a ComputeDomain or claim
@@ -316,6 +326,20 @@ class ScopeStores:
                 for facts in self.shared.domains_by_template(namespace, name)
                 for workload in self._interested(facts)
             }
+        )
+
+    def usage(self, namespace: str, found: Mapping[str, domains.DomainFacts], wanted: Iterable[str]) -> DomainUsage:
+        """For a snapshot: which claim templates exist among those of the domains `found` and `wanted` (by name),
+        and which of the `found` domains pods use (hold their claim template, or record them)."""
+        relevant = {facts.claim_template for facts in found.values()} | {
+            names.claim_template_name(name) for name in (*found, *wanted)
+        }
+        return DomainUsage(
+            existing_templates=frozenset(t for t in relevant if self.shared.template_exists(namespace, t)),
+            templates_in_use=frozenset(
+                f.claim_template for f in found.values() if (namespace, f.claim_template) in self.shared.template_users
+            ),
+            domains_recorded=frozenset(name for name in found if (namespace, name) in self.shared.domain_recorders),
         )
 
     def managed_workloads(self) -> set[NamespacedName]:

@@ -15,7 +15,6 @@ import os
 import pathlib
 import shutil
 import ssl
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -252,7 +251,7 @@ def up(
     api = testbed.api()
     _install_apis(api, testbed)
     _start_control_loops(supervisor, binaries, testbed)
-    _create_nodes(api, testbed)
+    create_nodes(api, nodes=testbed.nodes, nodes_per_clique=testbed.nodes_per_clique)
     _start_simulator(supervisor, testbed)
     _start_lws(supervisor, binaries["lws-manager"], testbed, ca, pki_dir)
     _wait_nodes_ready(supervisor, api, nodes)
@@ -280,7 +279,7 @@ def _reuse(
     api = testbed.api()
     if nodes > testbed.nodes:
         testbed = dataclasses.replace(testbed, nodes=nodes)
-        _create_nodes(api, testbed)
+        create_nodes(api, nodes=testbed.nodes, nodes_per_clique=testbed.nodes_per_clique)
         _wait_nodes_ready(processes.Supervisor(testbed.state_dir), api, nodes)
     if computedomain_crd is not None and computedomain_crd != testbed.computedomain_crd:
         simulator.install_api(api, computedomain_crd)
@@ -481,10 +480,10 @@ def _kwok_stages(testbed: Testbed) -> pathlib.Path:
     return config
 
 
-def _create_nodes(api: kube.Kube, testbed: Testbed) -> None:
-    """Make sure nodes 0 … nodes-1 exist (more are left alone: a reused testbed only ever grows)."""
-    for index in range(testbed.nodes):
-        node = manifests.fake_node(index, nodes_per_clique=testbed.nodes_per_clique)
+def create_nodes(api: kube.Kube, *, nodes: int, nodes_per_clique: int) -> None:
+    """Make sure fake nodes 0 … nodes-1 exist (more are left alone: a reused cluster only ever grows)."""
+    for index in range(nodes):
+        node = manifests.fake_node(index, nodes_per_clique=nodes_per_clique)
         if api.get("v1", "nodes", node["metadata"]["name"]) is not None:
             continue
         api.apply({key: value for key, value in node.items() if key != "status"}, "nodes")
@@ -495,7 +494,7 @@ def _create_nodes(api: kube.Kube, testbed: Testbed) -> None:
 
 def simulator_command(testbed: Testbed) -> tuple[list[str], dict[str, str]]:
     """How the DRA driver simulator runs: (command, environment)."""
-    return [sys.executable, "-m", "mnnvl_testbed.simulator"], {"KUBECONFIG": str(testbed.kubeconfig)}
+    return simulator.command(testbed.kubeconfig)
 
 
 def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None:

@@ -19,6 +19,7 @@ import datetime
 import logging
 import os
 import pathlib
+import sys
 from typing import Any
 
 import kopf
@@ -203,6 +204,11 @@ def install_api(api: kube.Kube, computedomain_crd: str) -> None:
     `versions.COMPUTE_DOMAIN_CRDS`, upstream's file as is) and the default channel DeviceClass."""
     crds.install_computedomain_crd(api, computedomain_crd)
     api.apply(manifests.channel_device_class(), "deviceclasses")
+
+
+def command(kubeconfig: pathlib.Path) -> tuple[list[str], dict[str, str]]:
+    """How the simulator runs against the cluster `kubeconfig` reaches: (command, environment)."""
+    return [sys.executable, "-m", "mnnvl_testbed.simulator"], {"KUBECONFIG": str(kubeconfig)}
 
 
 def main() -> None:

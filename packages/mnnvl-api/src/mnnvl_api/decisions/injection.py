@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import errors, keys, names
-
-JsonPatch = list[dict[str, Any]]
+from . import patches
+from .patches import JsonPatch
 
 _QUANTITY = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))\s*([a-zA-Z]*)\s*$")
 
@@ -156,10 +156,7 @@ def pod_steps(pod: Mapping[str, Any], *, domain: str, gate: bool) -> Injection:
         return claim
     patch: JsonPatch = []
     if keys.COMPUTE_DOMAIN_NAME_ANNOTATION not in annotations:
-        if meta.get("annotations") is None:
-            patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-        pointer = "/metadata/annotations/" + keys.COMPUTE_DOMAIN_NAME_ANNOTATION.replace("~", "~0").replace("/", "~1")
-        patch.append({"op": "add", "path": pointer, "value": domain})
+        patch += patches.set_annotation(meta, keys.COMPUTE_DOMAIN_NAME_ANNOTATION, domain)
     patch += claim.patch
     if gate:
         patch += scheduling_gate_patch(spec)

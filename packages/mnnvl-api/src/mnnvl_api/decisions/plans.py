@@ -7,10 +7,10 @@ plans of both. Converged input yields an empty `Plan`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import injection, references
+from . import domains, injection, references
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,3 +81,36 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not (self.create or self.ungate or self.delete or self.uncondemn or self.release or self.warnings)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Retirement:
+    """What becomes of a workload's own domains: the `delete`, `uncondemn` and `release` of its plan."""
+
+    delete: tuple[str, ...] = ()
+    uncondemn: tuple[str, ...] = ()
+    release: tuple[str, ...] = ()
+
+
+def retire(
+    ours: Iterable[domains.DomainFacts],
+    *,
+    wanted: Callable[[domains.DomainFacts], bool],
+    in_use: Callable[[domains.DomainFacts], bool],
+) -> Retirement:
+    """The one retirement rule of every scope, for domains that are ours by identity: a domain wanted or in use
+    stays (and loses a condemned mark); any other goes by the fenced deletion, and once it is being deleted its
+    protection finalizer is let go when nothing uses it."""
+    delete: list[str] = []
+    uncondemn: list[str] = []
+    release: list[str] = []
+    for found in sorted(ours, key=lambda domain: domain.name):
+        used = in_use(found)
+        if wanted(found) or used:
+            if found.condemned and not found.deleting:
+                uncondemn.append(found.name)
+        elif not found.deleting:
+            delete.append(found.name)
+        elif domains.may_release(found, template_in_use=used):
+            release.append(found.name)
+    return Retirement(delete=tuple(delete), uncondemn=tuple(uncondemn), release=tuple(release))

@@ -14,8 +14,8 @@ from typing import Any
 
 from .. import errors, keys, names
 from . import injection
+from .patches import JsonPatch, pointer
 
-JsonPatch = list[dict[str, Any]]
 #: The pod templates of a `leaderWorkerTemplate`, leader first.
 TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
 #: Decides whether a reserved key of ours (an annotation in `RESERVED_TEMPLATE_ANNOTATIONS`, or the scope label)
@@ -23,11 +23,6 @@ TEMPLATE_FIELDS = ("leaderTemplate", "workerTemplate")
 Accepts = Callable[[str, str], bool]
 
 _CHANNEL_CLAIM_TEMPLATE = re.compile(rf"-{re.escape(names.CLAIM_TEMPLATE_SUFFIX)}(-[0-9a-f]{{{names.HASH_LENGTH}}})?$")
-
-
-def pointer(*parts: str) -> str:
-    """A JSON pointer to `parts`, each escaped."""
-    return "/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in parts)
 
 
 def templates_of(leader_worker_template: Mapping[str, Any] | None) -> list[tuple[str, Mapping[str, Any]]]:
