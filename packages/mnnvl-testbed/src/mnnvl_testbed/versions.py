@@ -105,6 +105,60 @@ LWS_MANAGER = GoTool(
 
 ALL_TOOLS = (ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, LWS_MANAGER)
 
+# The chart's tools: rendering, offline schema validation, and the kustomize tree the chart is checked against.
+HELM_VERSION = "v3.22.0"
+KUBECONFORM_VERSION = "v0.8.0"
+KUSTOMIZE_VERSION = "v5.8.2"  # v5.8.3 needs go 1.27; the testbed builds with Go 1.26
+HELM = GoTool(
+    name="helm",
+    module="helm.sh/helm/v3",
+    version=HELM_VERSION,
+    package="helm.sh/helm/v3/cmd/helm",
+    # The Kubernetes version helm assumes without a cluster (`helm template`, `helm lint`): its client-go's, as
+    # helm's Makefile sets it; unset, helm assumes v1.20 and refuses the chart's kubeVersion.
+    ldflags=(
+        f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+        "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37",
+        "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+        "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37",
+    ),
+)
+KUBECONFORM = GoTool(
+    name="kubeconform",
+    module="github.com/yannh/kubeconform",
+    version=KUBECONFORM_VERSION,
+    package="github.com/yannh/kubeconform/cmd/kubeconform",
+)
+KUSTOMIZE = GoTool(
+    name="kustomize",
+    module="sigs.k8s.io/kustomize/kustomize/v5",
+    version=KUSTOMIZE_VERSION,
+    package="sigs.k8s.io/kustomize/kustomize/v5",
+)
+CHART_TOOLS = (HELM, KUBECONFORM, KUSTOMIZE)
+#: The Kubernetes release whose built-in schemas (from the `kubernetes-validate` package) the chart is checked against.
+CHART_SCHEMAS_KUBERNETES = "1.36.0"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CrdModule:
+    """CRDs the chart renders objects of, read from a Go module (downloaded through the module proxy)."""
+
+    module: str
+    version: str
+    directory: str  # inside the module, holding plain CRD YAML files
+
+
+CHART_CRD_MODULES = (
+    CrdModule(module="github.com/cert-manager/cert-manager", version="v1.19.2", directory="deploy/crds"),
+    CrdModule(
+        module="github.com/prometheus-operator/prometheus-operator",
+        version="v0.85.0",
+        directory="example/prometheus-operator-crd",
+    ),
+)
+
 # Upstream CRDs, installed byte for byte from the third-party directory (never copied into this repository).
 
 

@@ -1,0 +1,161 @@
+{{/* The controllers this chart knows, in the order objects are rendered. */}}
+{{- define "mnnvl.controllers" -}}
+lws ds guardian topology
+{{- end }}
+
+{{/* Controllers that serve admission webhooks, so need a serving certificate (kopf serves one whenever a
+controller registers admission handlers; the guardian always does, even in Finalizer mode). */}}
+{{- define "mnnvl.servesWebhooks" -}}
+{{- has . (list "lws" "ds" "guardian") -}}
+{{- end }}
+
+{{- define "mnnvl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mnnvl.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A controller's object name: <fullname>-<controller>; "mnnvl-lws" for a release named mnnvl. Call with
+(dict "root" $ "controller" "lws"). The full name is cut to 46 characters so the longest Service name,
+<component>-metrics or -webhook of the guardian or topology, stays a 63-character DNS label. */}}
+{{- define "mnnvl.component" -}}
+{{- printf "%s-%s" (include "mnnvl.fullname" .root | trunc 46 | trimSuffix "-") .controller }}
+{{- end }}
+
+{{/* The controller's identity (console script, Lease, field manager): fixed, whatever the release. */}}
+{{- define "mnnvl.identity" -}}
+{{- printf "mnnvl-%s" . }}
+{{- end }}
+
+{{- define "mnnvl.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "mnnvl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mnnvl
+{{- end }}
+
+{{/* Labels of one controller's objects. Call with (dict "root" $ "controller" "lws"). */}}
+{{- define "mnnvl.componentLabels" -}}
+{{ include "mnnvl.labels" .root }}
+app.kubernetes.io/component: {{ .controller }}
+{{- end }}
+
+{{- define "mnnvl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mnnvl.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .controller }}
+{{- end }}
+
+{{/* The controller's feature gates: the global map, its own map merged over it. */}}
+{{- define "mnnvl.featureGates" -}}
+{{- $values := index .root.Values .controller }}
+{{- toJson (mustMergeOverwrite (deepCopy .root.Values.featureGates) (deepCopy $values.featureGates)) }}
+{{- end }}
+
+{{/* "true" when the controller gets the ComputeDomain rules: the global gate, its own merged gate or
+computeDomainManagement.enabled is on. Only the scope controllers and the guardian use ComputeDomains. */}}
+{{- define "mnnvl.computeDomainRbac" -}}
+{{- $gates := include "mnnvl.featureGates" . | fromJson }}
+{{- $on := or .root.Values.featureGates.AutoComputeDomain (index $gates "AutoComputeDomain") .root.Values.computeDomainManagement.enabled }}
+{{- and (has .controller (list "lws" "ds" "guardian")) $on }}
+{{- end }}
+
+{{- define "mnnvl.certDir" -}}
+/var/run/mnnvl/webhook-certs
+{{- end }}
+
+{{/* The controller's Configuration file (config.lws.x-k8s.io/v1), as mnnvl_runtime.settings reads it. */}}
+{{- define "mnnvl.configuration" -}}
+{{- $values := index .root.Values .controller }}
+{{- $base := dict
+  "apiVersion" "config.lws.x-k8s.io/v1"
+  "kind" "Configuration"
+  "featureGates" (include "mnnvl.featureGates" . | fromJson)
+  "metricsBindAddress" ":8080"
+  "healthBindAddress" ":8081"
+  "leaderElection" (dict "leaderElect" true)
+}}
+{{- if eq (include "mnnvl.servesWebhooks" .controller) "true" }}
+{{- $_ := set $base "webhook" (dict "port" 9443 "certDir" (include "mnnvl.certDir" .root)) }}
+{{- end }}
+{{- if eq .controller "guardian" }}
+{{- $_ := set $base "computeDomain" (dict "deletionProtection" $values.deletionProtection) }}
+{{- end }}
+{{- toYaml (mustMergeOverwrite $base (deepCopy $values.configuration)) }}
+{{- end }}
+
+{{- define "mnnvl.certSecretName" -}}
+{{- default (printf "%s-webhook-tls" (include "mnnvl.fullname" .)) .Values.certs.secretName }}
+{{- end }}
+
+{{/* Whether any enabled controller serves webhooks. */}}
+{{- define "mnnvl.anyWebhookServer" -}}
+{{- $any := false }}
+{{- range $controller := splitList " " (include "mnnvl.controllers" .) }}
+{{- if and (index $.Values $controller).enabled (eq (include "mnnvl.servesWebhooks" $controller) "true") }}
+{{- $any = true }}
+{{- end }}
+{{- end }}
+{{- $any }}
+{{- end }}
+
+{{/* The webhook Service DNS names of the enabled webhook-serving controllers, for the serving certificate. */}}
+{{- define "mnnvl.webhookDnsNames" -}}
+{{- $names := list }}
+{{- range $controller := splitList " " (include "mnnvl.controllers" .) }}
+{{- if and (index $.Values $controller).enabled (eq (include "mnnvl.servesWebhooks" $controller) "true") }}
+{{- $service := printf "%s-webhook" (include "mnnvl.component" (dict "root" $ "controller" $controller)) }}
+{{- $names = append $names (printf "%s.%s.svc" $service $.Release.Namespace) }}
+{{- $names = append $names (printf "%s.%s.svc.cluster.local" $service $.Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
+{{/* The selfSigned mode's CA and certificate: the existing Secret's when it was issued for the same names (so
+an upgrade keeps serving what the API server trusts), else freshly generated. Rendered once per release and reused by the Secret
+and every webhook configuration (helm caches nothing, so it is memoized in .Values under a private key). */}}
+{{- define "mnnvl.selfSignedPair" -}}
+{{- if not (hasKey .Values "_selfSigned") }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "mnnvl.certSecretName" .) }}
+{{- $pair := dict }}
+{{- $names := include "mnnvl.webhookDnsNames" . | fromJsonArray }}
+{{- $issuedFor := dig "metadata" "annotations" "mnnvl.dev/dns-names" "" ($secret | default dict) }}
+{{- if and $secret (index ($secret.data | default dict) "ca.crt") (eq $issuedFor (join "," $names)) }}
+{{- $pair = dict "ca" (index $secret.data "ca.crt") "crt" (index $secret.data "tls.crt") "key" (index $secret.data "tls.key") }}
+{{- else }}
+{{- $days := int .Values.certs.selfSigned.validityDays }}
+{{- $ca := genCA (printf "%s-webhook-ca" (include "mnnvl.fullname" .)) $days }}
+{{- $cert := genSignedCert (first $names | default "mnnvl") nil $names $days $ca }}
+{{- $pair = dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc) }}
+{{- end }}
+{{- $_ := set .Values "_selfSigned" $pair }}
+{{- end }}
+{{- toJson .Values._selfSigned }}
+{{- end }}
+
+{{/* The CA bundle (base64) webhook configurations carry; empty in certManager mode (cert-manager injects it). */}}
+{{- define "mnnvl.caBundle" -}}
+{{- if eq .Values.certs.mode "secret" }}
+{{- .Values.certs.caBundle }}
+{{- else if eq .Values.certs.mode "selfSigned" }}
+{{- (include "mnnvl.selfSignedPair" . | fromJson).ca }}
+{{- end }}
+{{- end }}
+
+{{- define "mnnvl.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
+{{- end }}
