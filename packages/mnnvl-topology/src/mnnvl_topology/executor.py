@@ -139,7 +139,7 @@ class Executor:
     async def wrote(self, written: kube.Object, action: str, reason: str, what: str) -> None:
         kind, name = written["kind"], written["metadata"]["name"]
         telemetry.WRITES.labels(kind=kind, action=action).inc()
-        log.info("topology object written", extra={"kind": kind, "name": name, "result": action})
+        log.info("topology object written", extra={"kind": kind, "object": name, "result": action})
         await self.event(written, reason, f"{kind} {name} {what} by {keys.TOPOLOGY_CONTROLLER}")
 
     async def warn_foreign(self, found: kube.Object, consequence: str) -> None:
@@ -149,7 +149,7 @@ class Executor:
             return
         self.warned_foreign.add(seen)
         owner = planner.foreign_owner(found)
-        log.warning("foreign topology object left alone", extra={"kind": seen[0], "name": seen[1], "reason": owner})
+        log.warning("foreign topology object left alone", extra={"kind": seen[0], "object": seen[1], "reason": owner})
         await self.event(
             found,
             reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON,
@@ -162,7 +162,7 @@ class Executor:
         if entry.name in self.reported_kai_only:
             return
         self.reported_kai_only.add(entry.name)
-        log.info("grove not served, kai only", extra={"name": entry.name, "binding": entry.binding_name})
+        log.info("grove not served, kai only", extra={"topology": entry.name, "binding": entry.binding_name})
         await self.event(
             topology,
             reasons.KAI_ONLY_REASON,
@@ -193,7 +193,7 @@ class Executor:
         if await self.client.adelete(kube.path_of(*resource, name=name), uid=found["metadata"]["uid"]):
             kind = found["kind"]
             telemetry.WRITES.labels(kind=kind, action="delete").inc()
-            log.info("topology object deleted", extra={"kind": kind, "name": name, "result": "delete"})
+            log.info("topology object deleted", extra={"kind": kind, "object": name, "result": "delete"})
             await self.event(found, reason, f"{kind} {name} deleted: it is no longer in the configuration")
 
     # --- the census -------------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class Executor:
         telemetry.CANNOT_FIT.inc()
         log.warning(
             "group cannot fit in one clique",
-            extra={"kind": workload["kind"], "namespace": namespace, "name": workload["metadata"]["name"]},
+            extra={"kind": workload["kind"], "namespace": namespace, "workload": workload["metadata"]["name"]},
         )
         await self.event(
             workload,

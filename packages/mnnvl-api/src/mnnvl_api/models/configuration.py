@@ -139,7 +139,10 @@ class TopologySettings(_SettingsModel):
 def topology_problems(entry: TopologySettings) -> list[str]:
     """What KAI or Grove would refuse in `entry`, each with its fix (empty: nothing)."""
     problems: list[str] = []
-    for what, name in (("name", entry.name), ("groveBinding.name", entry.binding_name)):
+    names = [("name", entry.name)] + (
+        [("groveBinding.name", entry.binding_name)] if entry.grove_binding.enabled else []
+    )
+    for what, name in names:
         if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
             problems.append(f"{what} {name!r} is not a DNS subdomain name; use lowercase letters, digits, '-' and '.'")
     labels = [level.node_label for level in entry.levels]
