@@ -94,3 +94,16 @@ async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
 )
 async def on_topology(body: kopf.Body, type: str, **_: Any) -> None:
     topologist().enqueue(STORES.topology_mirror.observe(body, deleted=type == "DELETED"))
+
+
+# Bindings are read by name on each pass; their events only bring the next pass forward, so an edited binding is
+# restored at once. Without Grove's CRD kopf serves nothing here and the periodic resync still runs.
+@kopf.on.event(
+    keys.GROVE_GROUP,
+    keys.GROVE_VERSION,
+    keys.GROVE_BINDING_PLURAL,
+    id="clustertopologybindings",
+    registry=state.registry,
+)
+async def on_binding(**_: Any) -> None:
+    topologist().enqueue([state.TOPOLOGIES])
