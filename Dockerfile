@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image for every mnnvl controller (docs/image.md). It has no ENTRYPOINT: the Deployment's `command`
-# names the controller (mnnvl-lws, mnnvl-ds, mnnvl-guardian), so the choice is visible where it is made.
+# names the controller (mnnvl-lws, mnnvl-ds, mnnvl-guardian, mnnvl-topology), so the choice is visible where it is made.
 #   docker build -t mnnvl:dev .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

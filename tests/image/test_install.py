@@ -114,7 +114,7 @@ def start(
 
 
 def test_the_environment_has_a_console_script_per_controller(product: pathlib.Path) -> None:
-    assert console_scripts() == ["mnnvl-ds", "mnnvl-guardian", "mnnvl-lws"]
+    assert console_scripts() == ["mnnvl-ds", "mnnvl-guardian", "mnnvl-lws", "mnnvl-topology"]
     assert all((product / "bin" / script).is_file() for script in console_scripts())
 
 

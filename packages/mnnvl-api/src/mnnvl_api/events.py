@@ -14,3 +14,20 @@ COMPUTE_DOMAIN_WRITE_FAILED_REASON: Final = "ComputeDomainWriteFailed"
 POD_WITHOUT_CHANNEL_CLAIM_REASON: Final = "PodWithoutComputeDomainChannel"
 #: Warning: a pod records a ComputeDomain name that is not the one its workload derives; it gets no domain.
 INVALID_DOMAIN_NAME_REASON: Final = "InvalidComputeDomainName"
+
+# --- mnnvl-topology: on the cluster-scoped Topology or ClusterTopologyBinding, or on the workload ------------
+
+TOPOLOGY_CREATED_REASON: Final = "TopologyCreated"
+#: KAI <= v0.16 makes a Topology's levels immutable, and v0.17+ its nodeLabel sequence: changing them recreates it.
+TOPOLOGY_RECREATED_REASON: Final = "TopologyRecreated"
+TOPOLOGY_ALIASES_UPDATED_REASON: Final = "TopologyAliasesUpdated"
+TOPOLOGY_DELETED_REASON: Final = "TopologyDeleted"
+#: Warning: a Topology or ClusterTopologyBinding with a configured name exists and is not ours (Grove's, a user's).
+UNEXPECTED_TOPOLOGY_OWNER_REASON: Final = "UnexpectedTopologyOwner"
+BINDING_CREATED_REASON: Final = "ClusterTopologyBindingCreated"
+BINDING_UPDATED_REASON: Final = "ClusterTopologyBindingUpdated"
+BINDING_DELETED_REASON: Final = "ClusterTopologyBindingDeleted"
+#: Grove's ClusterTopologyBinding API is not served: the topology works with KAI Scheduler only.
+KAI_ONLY_REASON: Final = "GroveBindingSkipped"
+#: Warning: a Pending group needs more nodes in one clique than any clique has free.
+CLIQUE_TOO_SMALL_REASON: Final = "NoCliqueFitsGroup"

@@ -64,6 +64,24 @@ DS_ROLE_LABEL: Final = "disaggregatedset.x-k8s.io/role"
 DS_SLICE_LABEL: Final = "disaggregatedset.x-k8s.io/slice"
 DS_REVISION_LABEL: Final = "disaggregatedset.x-k8s.io/revision"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+
+# --- KAI Scheduler and Grove (topology-aware scheduling) -------------------------------------------------
+
+KAI_TOPOLOGY_GROUP: Final = "kai.scheduler"
+KAI_TOPOLOGY_VERSION: Final = "v1alpha1"
+KAI_TOPOLOGY_API_VERSION: Final = "kai.scheduler/v1alpha1"
+KAI_TOPOLOGY_PLURAL: Final = "topologies"
+KAI_TOPOLOGY_KIND: Final = "Topology"
+KAI_TOPOLOGY_CRD: Final = "topologies.kai.scheduler"
+#: On a workload's top owner: the level (node label, or alias on KAI v0.17+) all its pods must share.
+KAI_REQUIRED_PLACEMENT_ANNOTATION: Final = "kai.scheduler/topology-required-placement"
+KAI_SCHEDULER_NAME: Final = "kai-scheduler"
+GROVE_GROUP: Final = "grove.io"
+GROVE_VERSION: Final = "v1alpha1"
+GROVE_API_VERSION: Final = "grove.io/v1alpha1"
+GROVE_BINDING_PLURAL: Final = "clustertopologybindings"
+GROVE_BINDING_KIND: Final = "ClusterTopologyBinding"
 
 # --- mnnvl's own keys ----------------------------------------------------------------------------------
 

@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                     *controllers.start(testbed, keys.LWS_CONTROLLER, gate=args.gate == "enabled"),
                     *controllers.start(testbed, keys.DS_CONTROLLER, gate=args.gate == "enabled"),
                     *controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=args.gate == "enabled"),
+                    # Only where KAI's Topology API is served: without it mnnvl-topology refuses to start.
+                    *(controllers.start(testbed, keys.TOPOLOGY_CONTROLLER) if testbed.topology_crds else []),
                 ]:
                     print(
                         f"{replica.name}: webhooks on 127.0.0.1:{replica.webhook_port}, "

@@ -47,7 +47,8 @@ class Replica:
 @dataclasses.dataclass(frozen=True)
 class Controller:
     module: str
-    webhooks: Callable[[ClientConfig, models.Configuration], list[dict[str, Any]]]
+    #: None for a controller that serves no webhook (mnnvl-topology).
+    webhooks: Callable[[ClientConfig, models.Configuration], list[dict[str, Any]]] | None
 
 
 CONTROLLERS = {
@@ -61,6 +62,7 @@ CONTROLLERS = {
             client_config, configuration.compute_domain.deletion_protection
         ),
     ),
+    keys.TOPOLOGY_CONTROLLER: Controller("mnnvl_topology", None),
 }
 
 
@@ -149,11 +151,13 @@ def start(
             },
         )
         started.append(replica)
+    serves_webhooks = CONTROLLERS[controller].webhooks is not None
     for replica in started:
-        _wait_healthy(supervisor, replica)
+        _wait_healthy(supervisor, replica, webhook=serves_webhooks)
     (work / "replicas.json").write_text(json.dumps([dataclasses.asdict(r) for r in started]))
     (work / "configuration.json").write_text(json.dumps(configuration))
-    point_webhooks_at(testbed, started[0], controller)
+    if serves_webhooks:
+        point_webhooks_at(testbed, started[0], controller)
     return started
 
 
@@ -170,7 +174,8 @@ def point_webhooks_at(testbed: cluster.Testbed, replica: Replica, controller: st
 
     saved = testbed.state_dir / "controllers" / controller / "configuration.json"
     configuration = models.Configuration.model_validate(json.loads(saved.read_text()))
-    wanted = CONTROLLERS[controller].webhooks(client_config, configuration)
+    webhooks = CONTROLLERS[controller].webhooks
+    wanted = [] if webhooks is None else webhooks(client_config, configuration)
     client = testbed.api()
     for plural, kind, suffix in WEBHOOK_KINDS:
         if not any(c["kind"] == kind for c in wanted):
@@ -229,13 +234,15 @@ def running_replicas(testbed: cluster.Testbed, controller: str = keys.LWS_CONTRO
     return [Replica(**r) for r in json.loads(path.read_text()) if r["name"] in alive]
 
 
-def _wait_healthy(supervisor: processes.Supervisor, replica: Replica) -> None:
+def _wait_healthy(supervisor: processes.Supervisor, replica: Replica, *, webhook: bool) -> None:
     def healthy() -> bool:
         supervisor.ensure_alive(replica.name)
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{replica.health_port}/healthz", timeout=2) as response:
                 if response.status != 200:
                     return False
+            if not webhook:
+                return True
             # The webhook server starts beside the watchers; it must answer before webhooks point at it.
             with socket.create_connection(("127.0.0.1", replica.webhook_port), timeout=2):
                 return True

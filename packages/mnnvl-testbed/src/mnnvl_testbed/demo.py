@@ -2,7 +2,8 @@
 
 Option 1 (deepseek-r1, a LeaderWorkerSet) is reported per replica, Option 2 (llm-serving, a DisaggregatedSet,
 shrunk to fit a testbed clique per slice) per slice: its ComputeDomain, whether the domain is ready, which
-containers got the channel claim, and which pods are still gated.
+containers got the channel claim, and which pods are still gated. Then mnnvl-topology's clique census (KAI's and
+Grove's CRDs are installed for it): per clique, its nodes, GPUs, nodes with a channel in use and free nodes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import injection
+from mnnvl_api.decisions import injection, references
 from mnnvl_runtime import kube
 
 from . import cluster, controllers, testing
@@ -25,16 +26,20 @@ DS_EXAMPLE = pathlib.Path(__file__).parent / "examples" / "llm-serving.yaml"
 #: deepseek-r1 fills two cliques of 4 nodes; the DisaggregatedSet's two slices take two more.
 DEMO_NODES = 16
 CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
+#: NVCF's pins: KAI v0.16.7 (and Grove alpha.11's binding CRD).
+TOPOLOGY_CRDS = "kai-v0.16.7"
+CENSUS_CONFIGMAP = "mnnvl-clique-census"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mnnvl-demo", description=__doc__)
     parser.add_argument("--namespace", default="demo")
     args = parser.parse_args(argv)
-    testbed = cluster.up(cluster.default_state_dir(), nodes=DEMO_NODES)
+    testbed = cluster.up(cluster.default_state_dir(), nodes=DEMO_NODES, topology_crds=TOPOLOGY_CRDS)
     replicas = controllers.start_lws(testbed, gate=True)
     ds_replicas = controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
+    [topology] = controllers.start(testbed, keys.TOPOLOGY_CONTROLLER)
     client = testbed.api()
     testing.wait_for(
         lambda: (
@@ -63,9 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(report(client, args.namespace, lws["metadata"]["name"]))
     print(slice_report(client, args.namespace, ds["metadata"]["name"]))
+    holders = sum(1 for pod in testing.pods(client, args.namespace) if references.live_claim_templates(pod))
+    testing.wait_for(
+        lambda: sum(c["channelNodes"] for c in census(client).get("cliques", [])) >= holders,
+        what=f"the clique census to count {holders} nodes with a channel in use",
+        state=lambda: str(census(client)),
+        timeout=60,
+    )
+    print(census_report(census(client)))
     print(f"\nkubeconfig: {testbed.kubeconfig}")
     print(f"metrics:    http://127.0.0.1:{replicas[0].metrics_port}/metrics (mnnvl-lws)")
     print(f"            http://127.0.0.1:{ds_replicas[0].metrics_port}/metrics (mnnvl-ds)")
+    print(f"            http://127.0.0.1:{topology.metrics_port}/metrics (mnnvl-topology)")
     print(f"try:        KUBECONFIG={testbed.kubeconfig} kubectl -n {args.namespace} get computedomains,pods -o wide")
     return 0
 
@@ -168,3 +182,22 @@ def slice_report(client: kube.Kube, namespace: str, ds: str) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def census(client: kube.Kube) -> dict[str, Any]:
+    """mnnvl-topology's census, as tools read it: the JSON in its ConfigMap (empty until it is written)."""
+    found = client.get("v1", "configmaps", CENSUS_CONFIGMAP, namespace=controllers.NAMESPACE)
+    return {} if found is None else dict(yaml.safe_load(found["data"]["census.json"]))
+
+
+def census_report(found: dict[str, Any]) -> str:
+    lines = [f"\nclique census ({keys.GPU_CLIQUE_LABEL}; ConfigMap {controllers.NAMESPACE}/{CENSUS_CONFIGMAP}):"]
+    lines.append(f"  {'clique':<44} {'nodes':>5} {'gpus':>5} {'channels':>8} {'free':>5}")
+    for count in found.get("cliques", []):
+        lines.append(
+            f"  {count['clique']:<44} {count['nodes']:>5} {count['gpus']:>5} {count['channelNodes']:>8} "
+            f"{count['freeNodes']:>5}"
+        )
+    unlabelled = found.get("gpuNodesWithoutClique", [])
+    lines.append(f"  GPU nodes without a clique label: {len(unlabelled)}")
+    return "\n".join(lines)

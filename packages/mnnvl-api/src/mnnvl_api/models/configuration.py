@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import re
 import typing
 from collections.abc import Sequence
 from typing import Final, Literal, TypeGuard
@@ -79,6 +80,125 @@ class ReconciliationSettings(_SettingsModel):
     concurrency: int = pydantic.Field(default=16, ge=1, le=256)
 
 
+#: KAI's pattern for `levels[].nodeLabel` and `levels[].alias` (a label key: optional DNS-subdomain prefix + `/`).
+LABEL_KEY: Final = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+#: Grove's pattern for `levels[].domain`.
+GROVE_DOMAIN: Final = re.compile(r"^[a-z][a-z0-9-]*$")
+DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+KAI_MAX_LEVELS: Final = 16
+KAI_MAX_LABEL_LENGTH: Final = 316
+GROVE_MAX_LENGTH: Final = 63
+
+
+def default_domain(node_label: str) -> str:
+    """The portable Grove domain of a node label, by NVCF's rule: its last path element without dots
+    (`nvidia.com/gpu.clique` → `gpuclique`, `kubernetes.io/hostname` → `hostname`)."""
+    return node_label.rpartition("/")[2].replace(".", "").lower()
+
+
+class TopologyLevelSettings(_SettingsModel):
+    node_label: str
+    #: KAI v0.17+ only (dropped on older KAI, whose schema has no aliases).
+    alias: str | None = None
+    #: Grove's portable name for the level; NVCF's rule by default (`default_domain`).
+    domain: str | None = None
+
+    @property
+    def grove_domain(self) -> str:
+        return self.domain if self.domain is not None else default_domain(self.node_label)
+
+
+class GroveBindingSettings(_SettingsModel):
+    enabled: bool = True
+    #: Default `<topology>-binding`, as NVCF names it (see docs/topology.md on the Grove releases this needs).
+    name: str | None = None
+    scheduler_name: str = keys.KAI_SCHEDULER_NAME
+
+
+class TopologySettings(_SettingsModel):
+    """One KAI `Topology` (levels widest to narrowest) and, when Grove is served, its `ClusterTopologyBinding`."""
+
+    name: str
+    levels: list[TopologyLevelSettings]
+    grove_binding: GroveBindingSettings = pydantic.Field(default_factory=GroveBindingSettings)
+
+    @property
+    def binding_name(self) -> str:
+        return self.grove_binding.name or f"{self.name}-binding"
+
+    @pydantic.model_validator(mode="after")
+    def _valid_for_kai_and_grove(self) -> TopologySettings:
+        problems = topology_problems(self)
+        if problems:
+            raise ValueError(f"topology {self.name!r}: {'; '.join(problems)}")
+        return self
+
+
+def topology_problems(entry: TopologySettings) -> list[str]:
+    """What KAI or Grove would refuse in `entry`, each with its fix (empty: nothing)."""
+    problems: list[str] = []
+    names = [("name", entry.name)] + (
+        [("groveBinding.name", entry.binding_name)] if entry.grove_binding.enabled else []
+    )
+    for what, name in names:
+        if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+            problems.append(f"{what} {name!r} is not a DNS subdomain name; use lowercase letters, digits, '-' and '.'")
+    labels = [level.node_label for level in entry.levels]
+    if not labels:
+        problems.append("levels is empty; list at least one node label, widest first")
+    if len(labels) > KAI_MAX_LEVELS:
+        problems.append(f"levels has {len(labels)} entries; KAI allows at most {KAI_MAX_LEVELS}")
+    for label in labels:
+        if len(label) > KAI_MAX_LABEL_LENGTH or not LABEL_KEY.match(label):
+            problems.append(f"nodeLabel {label!r} is not a label key; use an optional DNS prefix, '/', and a name")
+    problems += [f"nodeLabel {label!r} is listed twice; list each label once" for label in _repeated(labels)]
+    if keys.HOSTNAME_LABEL in labels[:-1]:
+        problems.append(f"{keys.HOSTNAME_LABEL} must be the last level, as KAI requires; move it to the end")
+    aliases = [level.alias for level in entry.levels if level.alias is not None]
+    for alias in aliases:
+        if len(alias) > KAI_MAX_LABEL_LENGTH or not LABEL_KEY.match(alias):
+            problems.append(f"alias {alias!r} is not a label key; use letters, digits, '-', '_' and '.'")
+        if alias in labels:
+            problems.append(f"alias {alias!r} equals a nodeLabel; KAI refuses that, choose another alias")
+    problems += [f"alias {alias!r} is used twice; give each level its own alias" for alias in _repeated(aliases)]
+    if entry.grove_binding.enabled:
+        domains = [level.grove_domain for level in entry.levels]
+        for domain in domains:
+            if len(domain) > GROVE_MAX_LENGTH or not GROVE_DOMAIN.match(domain):
+                problems.append(
+                    f"domain {domain!r} is not a Grove domain; set levels[].domain to match [a-z][a-z0-9-]*"
+                )
+        problems += [f"domain {domain!r} is used twice; set distinct levels[].domain" for domain in _repeated(domains)]
+        problems += [
+            f"nodeLabel {label!r} is longer than Grove's {GROVE_MAX_LENGTH} characters; set groveBinding.enabled: false"
+            for label in labels
+            if len(label) > GROVE_MAX_LENGTH
+        ]
+    return problems
+
+
+def _repeated(values: Sequence[str]) -> list[str]:
+    return sorted({value for value in values if values.count(value) > 1})
+
+
+DEFAULT_TOPOLOGY_NAME: Final = "nvcf-mnnvl-topology"
+
+
+def default_topologies() -> list[TopologySettings]:
+    """NVCF's pair: `nvcf-mnnvl-topology` (clique, then host) and its binding `nvcf-mnnvl-topology-binding`."""
+    return [
+        TopologySettings(
+            name=DEFAULT_TOPOLOGY_NAME,
+            levels=[
+                TopologyLevelSettings(node_label=keys.GPU_CLIQUE_LABEL),
+                TopologyLevelSettings(node_label=keys.HOSTNAME_LABEL),
+            ],
+        )
+    ]
+
+
 class Configuration(_SettingsModel):
     api_version: Literal["config.lws.x-k8s.io/v1"] = API_VERSION
     kind: Literal["Configuration"] = KIND
@@ -88,6 +208,8 @@ class Configuration(_SettingsModel):
     leader_election: LeaderElectionSettings = pydantic.Field(default_factory=LeaderElectionSettings)
     watching: WatchingSettings = pydantic.Field(default_factory=WatchingSettings)
     reconciliation: ReconciliationSettings = pydantic.Field(default_factory=ReconciliationSettings)
+    #: What mnnvl-topology provisions; only mnnvl-topology reads it.
+    topologies: list[TopologySettings] = pydantic.Field(default_factory=default_topologies)
     #: Where Prometheus metrics and the liveness probe are served; the empty string turns either off.
     metrics_bind_address: str = ":8080"
     health_bind_address: str = ":8081"
@@ -99,6 +221,20 @@ class Configuration(_SettingsModel):
         if problems:
             raise ValueError("; ".join(problems))
         return gates
+
+    @pydantic.field_validator("topologies")
+    @classmethod
+    def _one_entry_per_name(cls, topologies: list[TopologySettings]) -> list[TopologySettings]:
+        problems = [
+            f"topologies: {name!r} names two topologies; give each its own name"
+            for name in _repeated([entry.name for entry in topologies])
+        ] + [
+            f"topologies: binding name {name!r} is used twice; set distinct groveBinding.name"
+            for name in _repeated([entry.binding_name for entry in topologies if entry.grove_binding.enabled])
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return topologies
 
     @pydantic.field_validator("metrics_bind_address", "health_bind_address")
     @classmethod
@@ -147,9 +283,13 @@ def _field_aliases(path: Sequence[str]) -> list[str]:
     """The camelCase keys the section at `path` accepts (the top level for an empty path)."""
     model: type[pydantic.BaseModel] = Configuration
     for part in path:
+        if part.isdigit():  # an index into a list of sections
+            continue
         section = next(
             (field.annotation for name, field in model.model_fields.items() if part in (name, field.alias)), None
         )
+        if typing.get_origin(section) is list:
+            [section] = typing.get_args(section)
         if not _is_model(section):
             return []
         model = section

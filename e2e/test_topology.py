@@ -1,0 +1,380 @@
+"""mnnvl-topology on the testbed, against KAI's and Grove's upstream CRDs (issue 13, the topology seed).
+
+Each test runs the controller with its own topology names and stops it afterwards; CRDs removed by a test are
+installed again before it ends, so the session's other tests find the testbed as they expect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from mnnvl_api import events, keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, controllers, crds, testing, thirdparty, versions
+
+from . import workloads
+
+TOPOLOGY = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
+BINDING = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
+CLIQUE_AND_HOST = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def kai(testbed: cluster.Testbed) -> cluster.Testbed:
+    """The testbed with KAI v0.16.7's Topology CRD and Grove's binding CRD (NVCF's pins)."""
+    return testing.topology_crds(testbed, "kai-v0.16.7")
+
+
+@pytest.fixture
+def name(kai: cluster.Testbed) -> Iterator[str]:
+    """A topology name of this test's own; the controller is stopped and whatever it or the test made is deleted."""
+    found = f"nvl72-{uuid.uuid4().hex[:6]}"
+    yield found
+    controllers.stop(kai, keys.TOPOLOGY_CONTROLLER)
+    api = kai.api()
+    for resource, suffix in ((TOPOLOGY, ""), (BINDING, ""), (BINDING, "-binding"), (TOPOLOGY, "-b")):
+        with contextlib.suppress(kube.ApiError):
+            api.delete(kube.path_of(*resource, name=found + suffix))
+
+
+def run(testbed: cluster.Testbed, *topologies: dict[str, Any]) -> controllers.Replica:
+    [replica] = controllers.start(testbed, keys.TOPOLOGY_CONTROLLER, extra_config={"topologies": list(topologies)})
+    return replica
+
+
+def get(api: kube.Kube, resource: tuple[str, str], name: str) -> kube.Object | None:
+    return api.get(*resource, name)
+
+
+def wait_object(api: kube.Kube, resource: tuple[str, str], name: str, check: Any = None) -> kube.Object:
+    def ready() -> kube.Object | None:
+        found = get(api, resource, name)
+        return found if found is not None and (check is None or check(found)) else None
+
+    return testing.wait_for(
+        ready, what=f"{resource[1]} {name}", timeout=TIMEOUT, state=testing.state_of(lambda: get(api, resource, name))
+    )
+
+
+def reasons_about(api: kube.Kube, name: str, namespace: str = "default") -> list[tuple[str, str, str]]:
+    found = api.list_objects("v1", "events", namespace=namespace, fieldSelector=f"involvedObject.name={name}")
+    return [
+        (e["type"], e["reason"], e["message"])
+        for e in found
+        if e["source"].get("component") == keys.TOPOLOGY_CONTROLLER
+    ]
+
+
+def wait_event(api: kube.Kube, name: str, reason: str, namespace: str = "default") -> tuple[str, str, str]:
+    def posted() -> tuple[str, str, str] | None:
+        return next((e for e in reasons_about(api, name, namespace) if e[1] == reason), None)
+
+    return testing.wait_for(
+        posted,
+        what=f"a {reason} event on {name}",
+        timeout=TIMEOUT,
+        state=lambda: str(reasons_about(api, name, namespace)),
+    )
+
+
+def metric(replica: controllers.Replica, sample: str) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(sample + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def wait_metric(replica: controllers.Replica, sample: str, value: float) -> None:
+    testing.wait_for(
+        lambda: metric(replica, sample) == value,
+        what=f"{sample} == {value}",
+        timeout=TIMEOUT,
+        state=lambda: str(metric(replica, sample)),
+    )
+
+
+def levels_of(topology: kube.Object) -> list[dict[str, str]]:
+    levels: list[dict[str, str]] = topology["spec"]["levels"]
+    return levels
+
+
+@contextlib.contextmanager
+def without_crd(testbed: cluster.Testbed, crd: str, shipped: versions.ThirdPartyFile) -> Iterator[None]:
+    """The testbed without one upstream CRD for the duration (its objects go with it), installed again after."""
+    api = testbed.api()
+    api.delete(kube.path_of(crds.CRD_API, "customresourcedefinitions", name=crd))
+    group = crd.split(".", 1)[1]
+    testing.wait_for(
+        lambda: (
+            api.get(crds.CRD_API, "customresourcedefinitions", crd) is None
+            and not any(g["name"] == group for g in api.request("GET", "/apis")["groups"])
+        ),
+        what=f"{crd} to be gone",
+        timeout=TIMEOUT,
+    )
+    try:
+        yield
+    finally:
+        crds.install(api, thirdparty.documents(shipped))
+
+
+def test_the_compute_plane_creates_the_kai_topology_and_a_binding_for_it(kai: cluster.Testbed, name: str) -> None:
+    """The compute plane automatically creates this KAI resource on installation."""
+    api = kai.api()
+    run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    topology = wait_object(api, TOPOLOGY, name)
+    assert levels_of(topology) == CLIQUE_AND_HOST
+    assert topology["metadata"]["labels"] == {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}
+    binding = wait_object(api, BINDING, f"{name}-binding")
+    assert binding["spec"] == {
+        "levels": [
+            {"domain": "gpuclique", "key": keys.GPU_CLIQUE_LABEL},
+            {"domain": "hostname", "key": keys.HOSTNAME_LABEL},
+        ],
+        "schedulerTopologyBindings": [{"schedulerName": "kai-scheduler", "topologyReference": name}],
+    }
+    assert wait_event(api, name, events.TOPOLOGY_CREATED_REASON)[0] == "Normal"
+
+
+def test_the_binding_is_kept_in_sync_with_the_configuration(kai: cluster.Testbed, name: str) -> None:
+    """The topologyAwareScheduling toggle enables topology handling in Grove and automatically creates a binding for each configured KAI topology on installation."""
+    api = kai.api()
+    run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    binding = wait_object(api, BINDING, f"{name}-binding")
+    path = kube.path_of(*BINDING, name=f"{name}-binding")
+    api.request(
+        "PATCH",
+        path,
+        body={"spec": {"schedulerTopologyBindings": None, "levels": [binding["spec"]["levels"][0]]}},
+        content_type=kube.MERGE_PATCH,
+    )
+    restored = wait_object(
+        api,
+        BINDING,
+        f"{name}-binding",
+        lambda found: found["spec"].get("schedulerTopologyBindings") and len(found["spec"]["levels"]) == 2,
+    )
+    assert restored["spec"] == binding["spec"]
+    wait_event(api, f"{name}-binding", events.BINDING_UPDATED_REASON)
+
+
+def test_new_levels_recreate_the_topology_on_kai_v0_16_7(kai: cluster.Testbed, name: str) -> None:
+    """Topology levels are ordered from the widest domain to the narrowest domain."""
+    api = kai.api()
+    run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    before = wait_object(api, TOPOLOGY, name)
+    rack = [{"nodeLabel": "example.com/rack"}, *CLIQUE_AND_HOST]
+    run(kai, {"name": name, "levels": rack})
+    after = wait_object(api, TOPOLOGY, name, lambda found: levels_of(found) == rack)
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    wait_event(api, name, events.TOPOLOGY_RECREATED_REASON)
+
+
+def test_a_new_alias_is_patched_in_place_on_kai_v0_17_0(kai: cluster.Testbed, name: str) -> None:
+    """Topology levels are ordered from the widest domain to the narrowest domain."""
+    upgraded = testing.topology_crds(kai, "kai-v0.17.0")
+    try:
+        api = upgraded.api()
+        aliased = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+        run(upgraded, {"name": name, "levels": aliased})
+        before = wait_object(api, TOPOLOGY, name)
+        assert levels_of(before) == aliased
+        renamed = [
+            {"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "nvlink"},
+            {"nodeLabel": keys.HOSTNAME_LABEL, "alias": "host"},
+        ]
+        run(upgraded, {"name": name, "levels": renamed})
+        after = wait_object(api, TOPOLOGY, name, lambda found: levels_of(found) == renamed)
+        assert after["metadata"]["uid"] == before["metadata"]["uid"]
+        wait_event(api, name, events.TOPOLOGY_ALIASES_UPDATED_REASON)
+    finally:
+        controllers.stop(upgraded, keys.TOPOLOGY_CONTROLLER)
+        testing.topology_crds(upgraded, "kai-v0.16.7")
+
+
+def foreign_topology(name: str, owner: kube.Object | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": keys.GROVE_API_VERSION,
+                "kind": keys.GROVE_BINDING_KIND,
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": keys.KAI_TOPOLOGY_API_VERSION,
+        "kind": "Topology",
+        "metadata": meta,
+        "spec": {"levels": [{"nodeLabel": keys.HOSTNAME_LABEL}]},
+    }
+
+
+@pytest.mark.parametrize("grove_owned", [False, True], ids=["user", "grove"])
+def test_a_same_named_topology_we_did_not_create_is_left_alone_with_a_warning(
+    kai: cluster.Testbed, name: str, grove_owned: bool
+) -> None:
+    """Confirm that the KAI topology exists."""
+    api = kai.api()
+    owner = None
+    if grove_owned:  # what Grove makes for a binding without a kai-scheduler entry: a Topology of its name
+        owner = api.create(
+            {"apiVersion": keys.GROVE_API_VERSION, "kind": keys.GROVE_BINDING_KIND, "metadata": {"name": name},
+             "spec": {"levels": [{"domain": "hostname", "key": keys.HOSTNAME_LABEL}]}},
+            keys.GROVE_BINDING_PLURAL,
+        )  # fmt: skip
+    created = api.create(foreign_topology(name, owner), keys.KAI_TOPOLOGY_PLURAL)
+    replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    kind, _, message = wait_event(api, name, events.UNEXPECTED_TOPOLOGY_OWNER_REASON)
+    assert kind == "Warning"
+    assert (
+        "owned by ClusterTopologyBinding" if grove_owned else "not labelled app.kubernetes.io/managed-by"
+    ) in message
+    wait_metric(replica, 'mnnvl_topology_foreign_objects{kind="Topology"}', 1.0)
+    untouched = api.get(*TOPOLOGY, name)
+    assert untouched is not None
+    assert untouched["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert api.get(*BINDING, f"{name}-binding") is None
+
+
+def test_without_grove_the_topology_works_with_kai_only(kai: cluster.Testbed, name: str) -> None:
+    """Use KAI Scheduler only."""
+    grove = versions.TOPOLOGY_CRDS[kai.topology_crds or "kai-v0.16.7"].grove_binding
+    with without_crd(kai, "clustertopologybindings.grove.io", grove):
+        api = kai.api()
+        replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+        wait_object(api, TOPOLOGY, name)
+        assert wait_event(api, name, events.KAI_ONLY_REASON)[0] == "Normal"
+        wait_metric(replica, "mnnvl_topologies_kai_only", 1.0)
+        controllers.stop(kai, keys.TOPOLOGY_CONTROLLER)
+
+
+def test_without_kai_the_controller_exits_at_start_up(kai: cluster.Testbed, tmp_path: Any) -> None:
+    """Enabling addons.topologyAwareScheduling without addons.kaiScheduler.enabled stops Helmfile rendering with an error."""
+    kai_crd = versions.TOPOLOGY_CRDS[kai.topology_crds or "kai-v0.16.7"].kai_topology
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.lws.x-k8s.io/v1",
+                "kind": "Configuration",
+                "metricsBindAddress": "",
+                "healthBindAddress": "",
+            }
+        )
+    )
+    with without_crd(kai, keys.KAI_TOPOLOGY_CRD, kai_crd):
+        finished = subprocess.run(
+            [sys.executable, "-m", "mnnvl_topology"],
+            env={**os.environ, "KUBECONFIG": str(kai.kubeconfig), "MNNVL_CONFIG_FILE": str(config), "MNNVL_NAMESPACE": controllers.NAMESPACE},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert finished.returncode == 1
+    assert "mnnvl-topology: cannot start: topology-aware scheduling needs KAI Scheduler" in finished.stderr
+
+
+def test_a_topology_removed_from_the_configuration_is_deleted(kai: cluster.Testbed, name: str) -> None:
+    """Creating a Topology does not change workloads that do not opt in."""
+    api = kai.api()
+    run(
+        kai,
+        {"name": name, "levels": CLIQUE_AND_HOST},
+        {"name": f"{name}-b", "levels": CLIQUE_AND_HOST, "groveBinding": {"name": name}},
+    )
+    wait_object(api, BINDING, name)
+    kept = wait_object(api, TOPOLOGY, f"{name}-b")
+    run(kai, {"name": f"{name}-b", "levels": CLIQUE_AND_HOST, "groveBinding": {"name": name}})
+    testing.wait_for(
+        lambda: api.get(*TOPOLOGY, name) is None and api.get(*BINDING, f"{name}-binding") is None,
+        what="removal",
+        timeout=TIMEOUT,
+    )
+    still = api.get(*TOPOLOGY, f"{name}-b")
+    assert still is not None
+    assert still["metadata"]["uid"] == kept["metadata"]["uid"]
+    assert api.get(*BINDING, name) is not None
+
+
+def census(api: kube.Kube) -> dict[str, Any]:
+    found = api.get("v1", "configmaps", "mnnvl-clique-census", namespace=controllers.NAMESPACE)
+    return {} if found is None else dict(json.loads(found["data"]["census.json"]))
+
+
+def clique_count(api: kube.Kube, clique: str) -> dict[str, Any] | None:
+    return next((c for c in census(api).get("cliques", []) if c["clique"] == clique), None)
+
+
+def test_the_census_follows_pods_holding_channels(kai: cluster.Testbed, name: str) -> None:
+    """If Pods remain Pending, verify that one clique has enough free nodes for the entire gang."""
+    api = kai.api()
+    replica = run(kai)
+    nodes = api.list_objects("v1", "nodes")
+    clique = sorted(n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for n in nodes)[-1]
+    members = sum(1 for n in nodes if n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] == clique)
+    with testing.namespace(api, "census") as ns:
+        api.create(
+            {"apiVersion": workloads.CD_API, "kind": keys.COMPUTE_DOMAIN_KIND, "metadata": {"name": "by-hand", "namespace": ns},
+             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "by-hand-channel"}}}},
+            keys.COMPUTE_DOMAIN_PLURAL,
+        )  # fmt: skip
+        testing.wait_for(
+            lambda: (
+                api.get("resource.k8s.io/v1", "resourceclaimtemplates", "by-hand-channel", namespace=ns) is not None
+            ),
+            what="claim template",
+            timeout=TIMEOUT,
+        )
+        for index in range(2):
+            api.create(
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "namespace": ns},
+                 "spec": {"nodeSelector": {keys.GPU_CLIQUE_LABEL: clique},
+                          "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "by-hand-channel"}],
+                          "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "channel"}]}}]}},
+                "pods",
+            )  # fmt: skip
+        busy = {"clique": clique, "nodes": members, "gpus": 4 * members, "channelNodes": 2, "freeNodes": members - 2}
+        testing.wait_for(
+            lambda: clique_count(api, clique) == busy,
+            what="the census to count 2 channels",
+            timeout=TIMEOUT,
+            state=lambda: str(clique_count(api, clique)),
+        )
+        wait_metric(replica, f'mnnvl_clique_free_nodes{{clique="{clique}"}}', members - 2)
+        for index in range(2):
+            api.delete(kube.path_of("v1", "pods", namespace=ns, name=f"p{index}"))
+        idle = {**busy, "channelNodes": 0, "freeNodes": members}
+        testing.wait_for(
+            lambda: clique_count(api, clique) == idle,
+            what="the census to free the nodes",
+            timeout=TIMEOUT,
+            state=lambda: str(clique_count(api, clique)),
+        )
+        wait_metric(replica, f'mnnvl_clique_channel_nodes{{clique="{clique}"}}', 0)
+
+
+def test_a_group_larger_than_any_cliques_free_nodes_gets_a_warning(kai: cluster.Testbed, name: str, ns: str) -> None:
+    """If Pods remain Pending, verify that one clique has enough free nodes for the entire gang."""
+    api = kai.api()
+    run(kai)
+    manifest = workloads.lws_manifest("too-big", replicas=1, size=5, containers=[workloads.VLLM])
+    manifest["metadata"]["annotations"][keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION] = keys.GPU_CLIQUE_LABEL
+    workloads.create_lws(api, ns, manifest)
+    kind, _, message = wait_event(api, "too-big", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
+    assert kind == "Warning"
+    assert message.startswith("needs 5 nodes in one clique; largest free clique has 4: clique ")
+    assert len([e for e in reasons_about(api, "too-big", ns) if e[1] == events.CLIQUE_TOO_SMALL_REASON]) == 1

@@ -1,0 +1,295 @@
+"""The effects of mnnvl-topology's decisions: writes under its field manager, events, metrics. Only the Lease
+holder runs these (they are queue passes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Final
+
+from mnnvl_api import events as reasons
+from mnnvl_api import keys
+from mnnvl_api.models import configuration
+from mnnvl_runtime import events, kube, operator
+
+from . import planner, state, telemetry
+
+log = logging.getLogger(__name__)
+CRD_API: Final = "apiextensions.k8s.io/v1"
+CENSUS_CONFIGMAP: Final = "mnnvl-clique-census"
+CENSUS_KEY: Final = "census.json"
+#: Owners followed from a pod to the workload that carries KAI's annotations (its top owner).
+OWNER_PLURALS: Final = {
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("apps/v1", "ReplicaSet"): "replicasets",
+    ("apps/v1", "Deployment"): "deployments",
+    ("batch/v1", "Job"): "jobs",
+    (keys.LWS_API_VERSION, "LeaderWorkerSet"): keys.LWS_PLURAL,
+}
+TOPOLOGY: Final = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
+BINDING: Final = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
+
+
+@dataclasses.dataclass
+class Executor:
+    context: operator.Context
+    stores: state.Stores
+    #: (kind, name, uid) of foreign objects already warned about: one Warning per object incarnation.
+    warned_foreign: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
+    #: Topologies already reported as KAI-only while Grove is not served.
+    reported_kai_only: set[str] = dataclasses.field(default_factory=set)
+    #: Workload uid → the cannot-fit message last posted, so each change is posted once.
+    fit_warnings: dict[str, str] = dataclasses.field(default_factory=dict)
+    census_written: str | None = None
+
+    @property
+    def client(self) -> kube.Kube:
+        return self.context.client
+
+    @property
+    def topologies(self) -> list[configuration.TopologySettings]:
+        return self.context.configuration.topologies
+
+    async def event(self, involved: kube.Object, reason: str, message: str, *, warning: bool = False) -> None:
+        component = self.context.identity.reporting_component
+        await events.post(
+            self.client,
+            events.event_for(involved, reason=reason, message=message, warning=warning, component=component),
+        )
+
+    # --- topologies and bindings ---------------------------------------------------------------------------
+
+    async def sync_topologies(self) -> None:
+        crd = await self.client.aget(CRD_API, "customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)
+        aliases = planner.schema_has_aliases(crd)
+        grove = await self.grove_served()
+        telemetry.KAI_ONLY.set(0 if grove else sum(1 for entry in self.topologies if entry.grove_binding.enabled))
+        if grove:
+            self.reported_kai_only.clear()
+        foreign = {keys.KAI_TOPOLOGY_KIND: 0, keys.GROVE_BINDING_KIND: 0}
+        for entry in self.topologies:
+            desired = planner.desired_topology(entry, aliases=aliases)
+            found = await self.client.aget(*TOPOLOGY, entry.name)
+            action = planner.decide_topology(desired, found, aliases=aliases)
+            if action is planner.Action.FOREIGN:
+                assert found is not None
+                foreign[keys.KAI_TOPOLOGY_KIND] += 1
+                await self.warn_foreign(found, f"no {keys.GROVE_BINDING_KIND} is created for it")
+                continue  # the binding would bind Grove to a Topology we do not keep in shape
+            topology = await self.write_topology(action, desired, found)
+            binding = planner.desired_binding(entry)
+            if binding is None:
+                continue
+            if not grove:
+                await self.report_kai_only(entry, topology)
+                continue
+            found_binding = await self.client.aget(*BINDING, entry.binding_name)
+            if planner.decide_binding(binding, found_binding) is planner.Action.FOREIGN:
+                assert found_binding is not None
+                foreign[keys.GROVE_BINDING_KIND] += 1
+                await self.warn_foreign(found_binding, "it is left as it is")
+                continue
+            await self.write_binding(binding, found_binding)
+        for kind, count in foreign.items():
+            telemetry.FOREIGN.labels(kind=kind).set(count)
+        await self.remove_obsolete(grove=grove)
+
+    async def grove_served(self) -> bool:
+        try:
+            found = await self.client.arequest("GET", f"/apis/{keys.GROVE_API_VERSION}")
+        except kube.ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return any(resource.get("name") == keys.GROVE_BINDING_PLURAL for resource in found.get("resources") or ())
+
+    async def write_topology(
+        self, action: planner.Action, desired: kube.Object, found: kube.Object | None
+    ) -> kube.Object:
+        name = desired["metadata"]["name"]
+        if action is planner.Action.KEEP:
+            assert found is not None
+            return found
+        if action is planner.Action.PATCH:
+            written = await self.client.aapply(desired, keys.KAI_TOPOLOGY_PLURAL)
+            await self.wrote(
+                written, "patch", reasons.TOPOLOGY_ALIASES_UPDATED_REASON, "level aliases updated in place"
+            )
+            return written
+        if action is planner.Action.RECREATE:
+            assert found is not None
+            # KAI refuses this change in place; pending workloads briefly see "topology does not exist".
+            await self.client.adelete(kube.path_of(*TOPOLOGY, name=name), uid=found["metadata"]["uid"])
+            written = await self.client.acreate(desired, keys.KAI_TOPOLOGY_PLURAL)
+            await self.wrote(written, "recreate", reasons.TOPOLOGY_RECREATED_REASON, "recreated with new levels")
+            return written
+        written = await self.client.acreate(desired, keys.KAI_TOPOLOGY_PLURAL)
+        await self.wrote(written, "create", reasons.TOPOLOGY_CREATED_REASON, "created")
+        return written
+
+    async def write_binding(self, desired: kube.Object, found: kube.Object | None) -> None:
+        action = planner.decide_binding(desired, found)
+        if action is planner.Action.CREATE:
+            written = await self.client.acreate(desired, keys.GROVE_BINDING_PLURAL)
+            await self.wrote(written, "create", reasons.BINDING_CREATED_REASON, "created")
+        elif action is planner.Action.PATCH:
+            written = await self.client.aapply(desired, keys.GROVE_BINDING_PLURAL)
+            await self.wrote(written, "patch", reasons.BINDING_UPDATED_REASON, "spec restored from configuration")
+
+    async def wrote(self, written: kube.Object, action: str, reason: str, what: str) -> None:
+        kind, name = written["kind"], written["metadata"]["name"]
+        telemetry.WRITES.labels(kind=kind, action=action).inc()
+        log.info("topology object written", extra={"kind": kind, "object": name, "result": action})
+        await self.event(written, reason, f"{kind} {name} {what} by {keys.TOPOLOGY_CONTROLLER}")
+
+    async def warn_foreign(self, found: kube.Object, consequence: str) -> None:
+        meta = found["metadata"]
+        seen = (found["kind"], meta["name"], meta["uid"])
+        if seen in self.warned_foreign:
+            return
+        self.warned_foreign.add(seen)
+        owner = planner.foreign_owner(found)
+        log.warning("foreign topology object left alone", extra={"kind": seen[0], "object": seen[1], "reason": owner})
+        await self.event(
+            found,
+            reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON,
+            f"{seen[0]} {seen[1]} exists and is {owner}: {keys.TOPOLOGY_CONTROLLER} leaves it alone and {consequence}; "
+            "rename the topology in the configuration, or delete this object to let it be created",
+            warning=True,
+        )
+
+    async def report_kai_only(self, entry: configuration.TopologySettings, topology: kube.Object) -> None:
+        if entry.name in self.reported_kai_only:
+            return
+        self.reported_kai_only.add(entry.name)
+        log.info("grove not served, kai only", extra={"topology": entry.name, "binding": entry.binding_name})
+        await self.event(
+            topology,
+            reasons.KAI_ONLY_REASON,
+            f"Grove's {keys.GROVE_BINDING_PLURAL}.{keys.GROVE_GROUP} API is not served: topology {entry.name} works "
+            f"with KAI Scheduler only and {keys.GROVE_BINDING_KIND} {entry.binding_name} is created once Grove is "
+            "installed",
+        )
+
+    async def remove_obsolete(self, *, grove: bool) -> None:
+        """Delete our objects that the configuration no longer names (never anyone else's)."""
+        wanted = [entry.name for entry in self.topologies]
+        for name in planner.obsolete(self.stores.our_topologies(), wanted):
+            await self.delete_ours(TOPOLOGY, name, reasons.TOPOLOGY_DELETED_REASON)
+        if not grove:
+            return
+        listed = await self.client.alist_page(
+            *BINDING, label_selector=f"{keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER}"
+        )
+        bindings = [entry.binding_name for entry in self.topologies if entry.grove_binding.enabled]
+        ours = [item["metadata"]["name"] for item in listed.items]
+        for name in planner.obsolete(ours, bindings):
+            await self.delete_ours(BINDING, name, reasons.BINDING_DELETED_REASON)
+
+    async def delete_ours(self, resource: tuple[str, str], name: str, reason: str) -> None:
+        found = await self.client.aget(*resource, name)
+        if found is None or not planner.is_ours(found):
+            return
+        if await self.client.adelete(kube.path_of(*resource, name=name), uid=found["metadata"]["uid"]):
+            kind = found["kind"]
+            telemetry.WRITES.labels(kind=kind, action="delete").inc()
+            log.info("topology object deleted", extra={"kind": kind, "object": name, "result": "delete"})
+            await self.event(found, reason, f"{kind} {name} deleted: it is no longer in the configuration")
+
+    # --- the census -------------------------------------------------------------------------------------------
+
+    async def publish_census(self) -> None:
+        found = self.stores.census()
+        for gauge in telemetry.CLIQUE_GAUGES:
+            gauge.clear()  # cliques that vanished must not linger
+        for count in found.cliques:
+            telemetry.CLIQUE_NODES.labels(clique=count.clique).set(count.nodes)
+            telemetry.CLIQUE_GPUS.labels(clique=count.clique).set(count.gpus)
+            telemetry.CLIQUE_CHANNEL_NODES.labels(clique=count.clique).set(count.channel_nodes)
+            telemetry.CLIQUE_FREE_NODES.labels(clique=count.clique).set(count.free_nodes)
+        telemetry.UNLABELLED_GPU_NODES.set(len(found.unlabelled_gpu_nodes))
+        document = found.to_json()
+        if document == self.census_written:
+            return
+        namespace = self.context.process.namespace
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": CENSUS_CONFIGMAP,
+                "namespace": namespace,
+                "labels": {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER},
+            },
+            "data": {CENSUS_KEY: document},
+        }
+        await self.client.aapply(configmap, "configmaps")
+        self.census_written = document
+
+    # --- groups that cannot fit ------------------------------------------------------------------------------------
+
+    async def check_fit(self, namespace: str, pod: str) -> None:
+        facts = self.stores.unschedulable_pod(namespace, pod)
+        if facts is None:
+            return
+        found = await self.group_of(facts)
+        if found is None:
+            return
+        workload, needed = found
+        uid = str(workload["metadata"]["uid"])
+        message = planner.cannot_fit(needed, self.stores.census())
+        if message is None:
+            self.fit_warnings.pop(uid, None)
+            return
+        if self.fit_warnings.get(uid) == message:
+            return
+        self.fit_warnings[uid] = message
+        telemetry.CANNOT_FIT.inc()
+        log.warning(
+            "group cannot fit in one clique",
+            extra={"kind": workload["kind"], "namespace": namespace, "workload": workload["metadata"]["name"]},
+        )
+        await self.event(
+            workload,
+            reasons.CLIQUE_TOO_SMALL_REASON,
+            f"{message}; pod {pod} is unschedulable: free nodes in one clique, or make the group smaller",
+            warning=True,
+        )
+
+    async def group_of(self, facts: planner.PodFacts) -> tuple[kube.Object, int] | None:
+        """The workload an unschedulable pod belongs to and the nodes its group needs in one clique, if it asked
+        for one clique (a slice, an opted-in LWS, or a KAI required placement at the clique level)."""
+        if facts.slice is not None:
+            ds = await self.client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, facts.slice[0], namespace=facts.namespace)
+            size = self.stores.slice_size(facts.namespace, *facts.slice)
+            return None if ds is None or size == 0 else (ds, size)
+        levels = planner.clique_levels(self.topologies)
+        if facts.lws is not None:
+            top = await self.client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, facts.lws, namespace=facts.namespace)
+        else:
+            top = await self.top_owner(facts)
+        if top is None:
+            return None
+        needed = planner.opted_in_group_size(top, clique_levels=levels)
+        return None if needed is None else (top, needed)
+
+    async def top_owner(self, facts: planner.PodFacts) -> kube.Object | None:
+        """The end of the pod's chain of controlling owners among the kinds KAI groups (None: no such owner)."""
+        top: kube.Object | None = None
+        owner = facts.owner
+        for _ in range(len(OWNER_PLURALS)):
+            plural = None if owner is None else OWNER_PLURALS.get((owner[0], owner[1]))
+            if owner is None or plural is None:
+                break
+            found = await self.client.aget(owner[0], plural, owner[2], namespace=facts.namespace)
+            if found is None:
+                break
+            top = found
+            owner = _controller(found)
+        return top
+
+
+def _controller(body: dict[str, Any]) -> tuple[str, str, str] | None:
+    for ref in body["metadata"].get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"])
+    return None

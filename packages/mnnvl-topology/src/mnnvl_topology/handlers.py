@@ -1,0 +1,109 @@
+"""kopf wiring: node, pod, ComputeDomain and Topology events (and fresh lists) feed the stores and queue work; the
+Lease holder syncs the topologies, publishes the census and checks unschedulable groups, never before the stores
+are synced.
+
+Pods are watched without a label selector, unlike the other controllers: the census counts every pod holding a
+ComputeDomain channel (also pods of domains made by hand, which carry no label of ours) and the fit check looks
+at every unschedulable pod of a KAI workload (whose pods carry no label of ours either). Per event the cost
+stays O(1): only pods holding a claim or unschedulable are kept, as a few facts, and the census is computed on a
+queue pass, which coalesces the events that arrive meanwhile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from mnnvl_api import keys
+from mnnvl_runtime import operator, preflight, reconciling
+
+from . import executor, state
+
+RESYNC_SECONDS = 30.0
+#: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
+WATCH_SELECTORS: operator.WatchSelectors = {}
+STORES = state.Stores()
+
+
+class Topologist:
+    def __init__(self, context: operator.Context, stores_: state.Stores, *, compute_domains: bool) -> None:
+        self.stores = stores_
+        self.executor = executor.Executor(context, stores_)
+        self.loop: reconciling.Reconciling[state.Key] = reconciling.Reconciling(
+            context, stores_.mirrors(compute_domains=compute_domains), self.work, kind="Topology", scope="topology"
+        )
+
+    async def work(self, key: state.Key) -> None:
+        if key == state.TOPOLOGIES:
+            await self.executor.sync_topologies()
+        elif key == state.CENSUS:
+            await self.executor.publish_census()
+        elif key[0] == state.FIT:
+            await self.executor.check_fit(key[1], key[2])
+
+    def enqueue(self, found: list[state.Key]) -> None:
+        self.loop.queue.enqueue(*found)
+
+
+_topologist: Topologist | None = None
+
+
+def topologist() -> Topologist:
+    assert _topologist is not None, "mnnvl-topology has not started"
+    return _topologist
+
+
+@kopf.on.startup(registry=state.registry, id="start-topology")
+async def start(memo: Any, **_: Any) -> None:
+    global _topologist  # noqa: PLW0603 - one per process, created once kopf runs
+    context = operator.context_of(memo)
+    # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
+    served = preflight.is_served(context.client, keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
+    _topologist = Topologist(context, STORES, compute_domains=served)
+    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=lambda: None)
+
+
+@kopf.on.event("nodes", id="nodes", registry=state.registry)
+async def on_node(body: kopf.Body, type: str, **_: Any) -> None:
+    topologist().enqueue(STORES.node_mirror.observe(body, deleted=type == "DELETED"))
+
+
+@kopf.on.event("pods", id="pods", registry=state.registry)
+async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
+    topologist().enqueue(STORES.pod_mirror.observe(body, deleted=type == "DELETED"))
+
+
+@kopf.on.event(
+    keys.COMPUTE_DOMAIN_GROUP,
+    keys.COMPUTE_DOMAIN_VERSION,
+    keys.COMPUTE_DOMAIN_PLURAL,
+    id="computedomains",
+    registry=state.registry,
+)
+async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
+    topologist().enqueue(STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
+
+
+@kopf.on.event(
+    keys.KAI_TOPOLOGY_GROUP,
+    keys.KAI_TOPOLOGY_VERSION,
+    keys.KAI_TOPOLOGY_PLURAL,
+    id="topologies",
+    registry=state.registry,
+)
+async def on_topology(body: kopf.Body, type: str, **_: Any) -> None:
+    topologist().enqueue(STORES.topology_mirror.observe(body, deleted=type == "DELETED"))
+
+
+# Bindings are read by name on each pass; their events only bring the next pass forward, so an edited binding is
+# restored at once. Without Grove's CRD kopf serves nothing here and the periodic resync still runs.
+@kopf.on.event(
+    keys.GROVE_GROUP,
+    keys.GROVE_VERSION,
+    keys.GROVE_BINDING_PLURAL,
+    id="clustertopologybindings",
+    registry=state.registry,
+)
+async def on_binding(**_: Any) -> None:
+    topologist().enqueue([state.TOPOLOGIES])

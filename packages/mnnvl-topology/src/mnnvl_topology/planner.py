@@ -1,0 +1,328 @@
+"""Pure decisions of mnnvl-topology: the objects a configuration asks for, what to do about the ones found, the
+clique census, and whether a Pending group can fit in one clique. Values in, values out; no I/O, no clock."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from mnnvl_api import keys
+from mnnvl_api.decisions import references
+from mnnvl_api.models import configuration
+
+Object = dict[str, Any]
+OURS = {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}
+
+
+class Action(enum.Enum):
+    KEEP = "keep"
+    CREATE = "create"
+    #: Apply the desired object over the existing one (KAI v0.17+ aliases; a Grove binding's mutable spec).
+    PATCH = "patch"
+    #: Delete and create again: the API server refuses the change in place.
+    RECREATE = "recreate"
+    #: A same-named object we did not create: never touched.
+    FOREIGN = "foreign"
+
+
+# --- desired objects ---------------------------------------------------------------------------------------
+
+
+def desired_topology(entry: configuration.TopologySettings, *, aliases: bool) -> Object:
+    """The KAI Topology for `entry`; `aliases`: whether the served schema has `levels[].alias` (KAI v0.17+)."""
+    levels: list[Object] = []
+    for level in entry.levels:
+        wanted: Object = {"nodeLabel": level.node_label}
+        if aliases and level.alias is not None:
+            wanted["alias"] = level.alias
+        levels.append(wanted)
+    return {
+        "apiVersion": keys.KAI_TOPOLOGY_API_VERSION,
+        "kind": keys.KAI_TOPOLOGY_KIND,
+        "metadata": {"name": entry.name, "labels": dict(OURS)},
+        "spec": {"levels": levels},
+    }
+
+
+def desired_binding(entry: configuration.TopologySettings) -> Object | None:
+    """The Grove ClusterTopologyBinding for `entry` (None when disabled). It always names the KAI Topology in
+    `schedulerTopologyBindings`: without it Grove would create and own a Topology of the binding's name."""
+    if not entry.grove_binding.enabled:
+        return None
+    return {
+        "apiVersion": keys.GROVE_API_VERSION,
+        "kind": keys.GROVE_BINDING_KIND,
+        "metadata": {"name": entry.binding_name, "labels": dict(OURS)},
+        "spec": {
+            "levels": [{"domain": level.grove_domain, "key": level.node_label} for level in entry.levels],
+            "schedulerTopologyBindings": [
+                {"schedulerName": entry.grove_binding.scheduler_name, "topologyReference": entry.name}
+            ],
+        },
+    }
+
+
+# --- what to do about what exists ----------------------------------------------------------------------------
+
+
+def is_ours(found: Mapping[str, Any]) -> bool:
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(keys.MANAGED_BY_LABEL) == keys.TOPOLOGY_CONTROLLER)
+
+
+def foreign_owner(found: Mapping[str, Any]) -> str:
+    """Who the same-named object belongs to, for the Warning: its controlling owner (Grove creates and owns a
+    Topology for a binding without a `kai-scheduler` entry), its manager label, or nobody we know."""
+    meta = found.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or ():
+        if owner.get("controller"):
+            return f"owned by {owner.get('kind')} {owner.get('name')}"
+    manager = (meta.get("labels") or {}).get(keys.MANAGED_BY_LABEL)
+    return f"managed by {manager}" if manager else f"not labelled {keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER}"
+
+
+def _levels(topology: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    return [
+        (str(level.get("nodeLabel")), level.get("alias"))
+        for level in ((topology.get("spec") or {}).get("levels") or ())
+    ]
+
+
+def decide_topology(desired: Mapping[str, Any], found: Mapping[str, Any] | None, *, aliases: bool) -> Action:
+    """KAI <= v0.16 refuses any edit of `spec.levels`; v0.17+ (`aliases`) refuses only a new nodeLabel sequence.
+    So a new sequence always recreates, and new aliases are patched in place where the schema has them."""
+    if found is None:
+        return Action.CREATE
+    if not is_ours(found):
+        return Action.FOREIGN
+    wanted, present = _levels(desired), _levels(found)
+    if wanted == present:
+        return Action.KEEP
+    if aliases and [label for label, _ in wanted] == [label for label, _ in present]:
+        return Action.PATCH
+    return Action.RECREATE
+
+
+def decide_binding(desired: Mapping[str, Any], found: Mapping[str, Any] | None) -> Action:
+    """A binding's spec is mutable: patch it back whenever it differs (levels, scheduler bindings)."""
+    if found is None:
+        return Action.CREATE
+    if not is_ours(found):
+        return Action.FOREIGN
+    spec, present = desired["spec"], found.get("spec") or {}
+    same = all(present.get(field) == value for field, value in spec.items())
+    return Action.KEEP if same else Action.PATCH
+
+
+def schema_has_aliases(crd: Mapping[str, Any] | None) -> bool:
+    """Whether the served KAI Topology schema has `levels[].alias` (v0.17+): the served version is read from the
+    CRD the API server enforces, not from configuration, since KAI may be upgraded under us."""
+    for version in ((crd or {}).get("spec") or {}).get("versions") or ():
+        if version.get("name") != keys.KAI_TOPOLOGY_VERSION:
+            continue
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        levels = schema.get("properties", {}).get("spec", {}).get("properties", {}).get("levels", {})
+        return "alias" in (levels.get("items") or {}).get("properties", {})
+    return False
+
+
+def obsolete(ours: Iterable[str], wanted: Iterable[str]) -> list[str]:
+    """Names of our objects the configuration no longer asks for."""
+    return sorted(set(ours) - set(wanted))
+
+
+# --- the clique census ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeFacts:
+    name: str
+    clique: str | None
+    gpus: int
+    schedulable: bool = True
+
+
+def node_facts(node: Mapping[str, Any]) -> NodeFacts:
+    meta = node.get("metadata") or {}
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    raw = str(capacity.get(keys.GPU_RESOURCE, "0"))
+    return NodeFacts(
+        name=str(meta["name"]),
+        clique=(meta.get("labels") or {}).get(keys.GPU_CLIQUE_LABEL) or None,
+        gpus=int(raw) if raw.isdigit() else 0,
+        schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CliqueCount:
+    clique: str
+    nodes: int
+    gpus: int
+    #: Nodes where a non-terminal pod holds a ComputeDomain channel (one per node in the driver's mode).
+    channel_nodes: int
+    #: Schedulable GPU nodes without a channel in use.
+    free_nodes: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Census:
+    cliques: tuple[CliqueCount, ...]
+    #: GPU nodes without the clique label: KAI places no clique-constrained workload on them.
+    unlabelled_gpu_nodes: tuple[str, ...]
+
+    def largest_free(self) -> CliqueCount | None:
+        """The clique with the most free nodes (the first by value among equals), None without cliques."""
+        return max(self.cliques, key=lambda count: count.free_nodes, default=None)
+
+    def to_json(self) -> str:
+        """The ConfigMap's `census.json`: stable (sorted, no timestamps), so an unchanged census writes nothing."""
+        document = {
+            "cliqueLabel": keys.GPU_CLIQUE_LABEL,
+            "cliques": [
+                {
+                    "clique": count.clique,
+                    "nodes": count.nodes,
+                    "gpus": count.gpus,
+                    "channelNodes": count.channel_nodes,
+                    "freeNodes": count.free_nodes,
+                }
+                for count in self.cliques
+            ],
+            "gpuNodesWithoutClique": list(self.unlabelled_gpu_nodes),
+        }
+        return json.dumps(document, indent=2, sort_keys=True)
+
+
+def census(nodes: Iterable[NodeFacts], channel_nodes: Iterable[str]) -> Census:
+    """Per clique value: nodes, GPU capacity, nodes with a channel in use, free nodes; sorted by clique value."""
+    busy = set(channel_nodes)
+    by_clique: dict[str, list[NodeFacts]] = {}
+    unlabelled: list[str] = []
+    for node in nodes:
+        if node.clique is not None:
+            by_clique.setdefault(node.clique, []).append(node)
+        elif node.gpus > 0:
+            unlabelled.append(node.name)
+    counts = tuple(
+        CliqueCount(
+            clique=clique,
+            nodes=len(members),
+            gpus=sum(node.gpus for node in members),
+            channel_nodes=sum(1 for node in members if node.name in busy),
+            free_nodes=sum(1 for node in members if node.gpus > 0 and node.schedulable and node.name not in busy),
+        )
+        for clique, members in sorted(by_clique.items())
+    )
+    return Census(cliques=counts, unlabelled_gpu_nodes=tuple(sorted(unlabelled)))
+
+
+# --- pods: channels held, and groups that cannot fit ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodFacts:
+    namespace: str
+    name: str
+    node: str | None
+    #: Claim templates the pod holds while non-terminal, and whether it holds mnnvl's channel claim.
+    templates: frozenset[str]
+    channel_claim: bool
+    #: Pending, and the scheduler found no node for it.
+    unschedulable: bool
+    #: (DisaggregatedSet, slice, revision) of a slice-scope pod.
+    slice: tuple[str, str, str] | None
+    lws: str | None
+    owner: tuple[str, str, str] | None  # (apiVersion, kind, name) of the controlling owner
+
+
+def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    live = references.is_non_terminal(pod)
+    claims = spec.get("resourceClaims") or ()
+    scheduled = [c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"]
+    unschedulable = (
+        status.get("phase", "Pending") == "Pending"
+        and not spec.get("nodeName")
+        and any(c.get("status") == "False" and c.get("reason") == "Unschedulable" for c in scheduled)
+    )
+    slice_of = None
+    if labels.get(keys.SCOPE_LABEL) == keys.SCOPE_SLICE and labels.get(keys.DS_NAME_LABEL):
+        slice_of = (
+            str(labels[keys.DS_NAME_LABEL]),
+            str(labels.get(keys.DS_SLICE_LABEL, "0")),
+            str(labels.get(keys.DS_REVISION_LABEL, "")),
+        )
+    owner = next(
+        (
+            (str(ref.get("apiVersion")), str(ref.get("kind")), str(ref.get("name")))
+            for ref in meta.get("ownerReferences") or ()
+            if ref.get("controller")
+        ),
+        None,
+    )
+    return PodFacts(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta["name"]),
+        node=spec.get("nodeName") or None,
+        templates=references.live_claim_templates(pod),
+        channel_claim=live and any(claim.get("name") == keys.CHANNEL_CLAIM_NAME for claim in claims),
+        unschedulable=unschedulable,
+        slice=slice_of,
+        lws=labels.get(keys.LWS_NAME_LABEL) or None,
+        owner=owner,
+    )
+
+
+def holds_channel(pod: PodFacts, channel_templates: frozenset[tuple[str, str]]) -> bool:
+    """Whether the pod holds a ComputeDomain channel: mnnvl's channel claim, or any claim generated from a
+    ComputeDomain's channel template (a domain made by hand)."""
+    return pod.channel_claim or any((pod.namespace, template) in channel_templates for template in pod.templates)
+
+
+def channel_nodes(pods: Iterable[PodFacts], channel_templates: frozenset[tuple[str, str]]) -> set[str]:
+    return {pod.node for pod in pods if pod.node is not None and holds_channel(pod, channel_templates)}
+
+
+def clique_levels(topologies: Sequence[configuration.TopologySettings]) -> frozenset[str]:
+    """The values of a KAI required placement that mean "one clique": the clique label and its aliases."""
+    aliases = {
+        level.alias
+        for entry in topologies
+        for level in entry.levels
+        if level.node_label == keys.GPU_CLIQUE_LABEL and level.alias is not None
+    }
+    return frozenset({keys.GPU_CLIQUE_LABEL, *aliases})
+
+
+def opted_in_group_size(workload: Mapping[str, Any], *, clique_levels: frozenset[str]) -> int | None:
+    """How many nodes of one clique a workload's group needs, when it asked for one clique: an LWS that opted in
+    to a ComputeDomain per replica (its `size`), or a workload whose top owner asks KAI for a required placement
+    at the clique level (an LWS's `size`, else its `replicas` or `parallelism`). None: it did not ask."""
+    meta = workload.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = workload.get("spec") or {}
+    lws = workload.get("kind") == "LeaderWorkerSet"
+    opted_in = lws and annotations.get(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION) == keys.OPT_IN_ENABLED
+    if not opted_in and annotations.get(keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) not in clique_levels:
+        return None
+    if lws:
+        return int((spec.get("leaderWorkerTemplate") or {}).get("size") or 1)
+    return int(spec.get("replicas") or spec.get("parallelism") or 1)
+
+
+def cannot_fit(needed: int, found: Census) -> str | None:
+    """The Warning's message when no clique has `needed` free nodes (None: one has)."""
+    largest = found.largest_free()
+    if largest is not None and largest.free_nodes >= needed:
+        return None
+    needs = f"needs {needed} nodes in one clique; largest free clique has"
+    if largest is None:
+        return f"{needs} 0: no node is labelled {keys.GPU_CLIQUE_LABEL}"
+    return f"{needs} {largest.free_nodes}: clique {largest.clique}"

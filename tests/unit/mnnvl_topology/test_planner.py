@@ -1,0 +1,363 @@
+"""mnnvl-topology's pure decisions: desired objects from configuration, drift per KAI release, census, fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+import pytest
+
+from mnnvl_api import keys, models
+from mnnvl_api.models import configuration
+from mnnvl_topology import planner
+
+CLIQUE = keys.GPU_CLIQUE_LABEL
+HOST = keys.HOSTNAME_LABEL
+
+
+def entry(**fields: Any) -> configuration.TopologySettings:
+    return configuration.TopologySettings.model_validate(
+        {"name": "nvl72", "levels": [{"nodeLabel": CLIQUE}, {"nodeLabel": HOST}], **fields}
+    )
+
+
+def found(levels: list[dict[str, str]], *, ours: bool = True, owner: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "nvl72", "uid": "u1", "labels": dict(planner.OURS) if ours else {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": "ClusterTopologyBinding", "name": owner, "controller": True}]
+    return {"kind": "Topology", "metadata": meta, "spec": {"levels": levels}}
+
+
+def test_the_default_configuration_is_nvcfs_topology_and_binding() -> None:
+    [default] = models.Configuration().topologies
+    assert planner.desired_topology(default, aliases=False) == {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": "nvcf-mnnvl-topology", "labels": {"app.kubernetes.io/managed-by": "mnnvl-topology"}},
+        "spec": {"levels": [{"nodeLabel": "nvidia.com/gpu.clique"}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    assert planner.desired_binding(default) == {
+        "apiVersion": "grove.io/v1alpha1",
+        "kind": "ClusterTopologyBinding",
+        "metadata": {
+            "name": "nvcf-mnnvl-topology-binding",
+            "labels": {"app.kubernetes.io/managed-by": "mnnvl-topology"},
+        },
+        "spec": {
+            "levels": [
+                {"domain": "gpuclique", "key": "nvidia.com/gpu.clique"},
+                {"domain": "hostname", "key": "kubernetes.io/hostname"},
+            ],
+            "schedulerTopologyBindings": [
+                {"schedulerName": "kai-scheduler", "topologyReference": "nvcf-mnnvl-topology"}
+            ],
+        },
+    }
+
+
+def test_aliases_are_written_only_where_the_served_schema_has_them() -> None:
+    aliased = entry(levels=[{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST}])
+    assert planner.desired_topology(aliased, aliases=True)["spec"]["levels"][0] == {
+        "nodeLabel": CLIQUE,
+        "alias": "clique",
+    }
+    assert planner.desired_topology(aliased, aliases=False)["spec"]["levels"][0] == {"nodeLabel": CLIQUE}
+
+
+def test_a_disabled_binding_is_not_desired_and_a_named_one_keeps_its_name() -> None:
+    assert planner.desired_binding(entry(groveBinding={"enabled": False})) is None
+    named = planner.desired_binding(entry(groveBinding={"name": "nvl72"}))
+    assert named is not None
+    assert named["metadata"]["name"] == "nvl72"
+
+
+@pytest.mark.parametrize(
+    ("wanted", "present", "aliases", "action"),
+    [
+        pytest.param([{"nodeLabel": CLIQUE}], None, False, planner.Action.CREATE, id="missing"),
+        pytest.param([{"nodeLabel": CLIQUE}], [{"nodeLabel": CLIQUE}], False, planner.Action.KEEP, id="same-v0.16"),
+        pytest.param(
+            [{"nodeLabel": "example.com/rack"}, {"nodeLabel": CLIQUE}],
+            [{"nodeLabel": CLIQUE}],
+            False,
+            planner.Action.RECREATE,
+            id="new-levels-v0.16",
+        ),
+        pytest.param(
+            [{"nodeLabel": "example.com/rack"}, {"nodeLabel": CLIQUE}],
+            [{"nodeLabel": CLIQUE}],
+            True,
+            planner.Action.RECREATE,
+            id="new-node-labels-v0.17",
+        ),
+        pytest.param(
+            [{"nodeLabel": CLIQUE, "alias": "nvlink"}],
+            [{"nodeLabel": CLIQUE, "alias": "clique"}],
+            True,
+            planner.Action.PATCH,
+            id="new-alias-v0.17",
+        ),
+        pytest.param(
+            [{"nodeLabel": CLIQUE, "alias": "clique"}],
+            [{"nodeLabel": CLIQUE}],
+            True,
+            planner.Action.PATCH,
+            id="added-alias-v0.17",
+        ),
+    ],
+)
+def test_drift_is_repaired_as_the_served_kai_release_allows(
+    wanted: list[dict[str, str]], present: list[dict[str, str]] | None, aliases: bool, action: planner.Action
+) -> None:
+    desired = {"metadata": {"name": "nvl72"}, "spec": {"levels": wanted}}
+    assert planner.decide_topology(desired, None if present is None else found(present), aliases=aliases) is action
+
+
+@pytest.mark.parametrize(
+    ("topology", "owner"),
+    [
+        pytest.param(
+            found([{"nodeLabel": CLIQUE}], ours=False),
+            "not labelled app.kubernetes.io/managed-by=mnnvl-topology",
+            id="user",
+        ),
+        pytest.param(
+            found([{"nodeLabel": CLIQUE}], ours=False, owner="nvl72"),
+            "owned by ClusterTopologyBinding nvl72",
+            id="grove",
+        ),
+    ],
+)
+def test_a_same_named_topology_we_did_not_create_is_foreign(topology: dict[str, Any], owner: str) -> None:
+    desired = {"metadata": {"name": "nvl72"}, "spec": {"levels": [{"nodeLabel": CLIQUE}]}}
+    assert planner.decide_topology(desired, topology, aliases=True) is planner.Action.FOREIGN
+    assert planner.foreign_owner(topology) == owner
+
+
+def test_a_binding_is_patched_back_when_its_spec_differs() -> None:
+    desired = planner.desired_binding(entry())
+    assert desired is not None
+    present = {"metadata": {"labels": dict(planner.OURS)}, "spec": dict(desired["spec"])}
+    assert planner.decide_binding(desired, present) is planner.Action.KEEP
+    present["spec"] = {**desired["spec"], "schedulerTopologyBindings": []}
+    assert planner.decide_binding(desired, present) is planner.Action.PATCH
+    assert planner.decide_binding(desired, {"metadata": {}, "spec": desired["spec"]}) is planner.Action.FOREIGN
+    assert planner.decide_binding(desired, None) is planner.Action.CREATE
+
+
+def test_only_our_topologies_that_left_the_configuration_are_obsolete() -> None:
+    assert planner.obsolete(["a", "b"], ["b", "c"]) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("version", "aliases"),
+    [
+        pytest.param({"name": "v1alpha1", "schema": {"openAPIV3Schema": {}}}, False, id="v0.16"),
+        pytest.param(
+            {
+                "name": "v1alpha1",
+                "schema": {
+                    "openAPIV3Schema": {
+                        "properties": {
+                            "spec": {
+                                "properties": {"levels": {"items": {"properties": {"alias": {}, "nodeLabel": {}}}}}
+                            }
+                        }
+                    }
+                },
+            },
+            True,
+            id="v0.17",
+        ),
+    ],
+)
+def test_alias_support_is_read_from_the_served_schema(version: dict[str, Any], aliases: bool) -> None:
+    assert planner.schema_has_aliases({"spec": {"versions": [version]}}) is aliases
+    assert planner.schema_has_aliases(None) is False
+
+
+def node(name: str, clique: str | None, gpus: int = 4, *, schedulable: bool = True) -> planner.NodeFacts:
+    return planner.NodeFacts(name=name, clique=clique, gpus=gpus, schedulable=schedulable)
+
+
+def pod(
+    name: str, node_name: str | None, *, templates: frozenset[str] = frozenset(), channel: bool = False
+) -> planner.PodFacts:
+    return planner.PodFacts(
+        namespace="ns", name=name, node=node_name, templates=templates, channel_claim=channel,
+        unschedulable=False, slice=None, lws=None, owner=None,
+    )  # fmt: skip
+
+
+def test_the_census_counts_nodes_gpus_channels_and_free_nodes_per_clique() -> None:
+    nodes = [
+        node("a1", "a"),
+        node("a2", "a"),
+        node("a3", "a", schedulable=False),
+        node("b1", "b"),
+        node("cpu", None, 0),
+    ]
+    nodes.append(node("lost", None))
+    pods = [
+        pod("p1", "a1", channel=True),
+        pod("p2", "b1", templates=frozenset({"hand-made"})),
+        pod("p3", None, channel=True),
+    ]
+    busy = planner.channel_nodes(pods, frozenset({("ns", "hand-made")}))
+    assert busy == {"a1", "b1"}
+    assert planner.census(nodes, busy) == planner.Census(
+        cliques=(
+            planner.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),
+            planner.CliqueCount(clique="b", nodes=1, gpus=4, channel_nodes=1, free_nodes=0),
+        ),
+        unlabelled_gpu_nodes=("lost",),
+    )
+
+
+def test_a_claim_from_another_template_is_no_channel() -> None:
+    assert planner.channel_nodes([pod("p", "a1", templates=frozenset({"gpu"}))], frozenset({("ns", "cd")})) == set()
+
+
+def test_pod_facts_read_channels_scheduling_and_group() -> None:
+    facts = planner.pod_facts(
+        {
+            "metadata": {
+                "name": "w-0-1",
+                "namespace": "ns",
+                "labels": {keys.LWS_NAME_LABEL: "w"},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "w-0", "controller": True}
+                ],
+            },
+            "spec": {"resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "cd-1"}]},
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        }
+    )
+    assert (facts.unschedulable, facts.channel_claim, facts.templates, facts.lws, facts.owner) == (
+        True, True, frozenset({"cd-1"}), "w", ("apps/v1", "StatefulSet", "w-0"),
+    )  # fmt: skip
+
+
+def test_a_finished_pod_holds_no_channel() -> None:
+    facts = planner.pod_facts(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "nodeName": "a1",
+                "resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "t"}],
+            },
+            "status": {"phase": "Succeeded"},
+        }
+    )
+    assert (facts.channel_claim, facts.templates, facts.unschedulable) == (False, frozenset(), False)
+
+
+def census_of(*free: int) -> planner.Census:
+    return planner.Census(
+        cliques=tuple(
+            planner.CliqueCount(clique=f"c{index}", nodes=4, gpus=16, channel_nodes=4 - count, free_nodes=count)
+            for index, count in enumerate(free)
+        ),
+        unlabelled_gpu_nodes=(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("needed", "census", "message"),
+    [
+        pytest.param(3, census_of(1, 3), None, id="fits"),
+        pytest.param(
+            4, census_of(1, 3, 2), "needs 4 nodes in one clique; largest free clique has 3: clique c1", id="too-big"
+        ),
+        pytest.param(
+            2,
+            census_of(),
+            "needs 2 nodes in one clique; largest free clique has 0: no node is labelled nvidia.com/gpu.clique",
+            id="no-cliques",
+        ),
+    ],
+)
+def test_a_group_that_no_clique_can_hold_gets_the_largest_free_clique_named(
+    needed: int, census: planner.Census, message: str | None
+) -> None:
+    assert planner.cannot_fit(needed, census) == message
+
+
+@pytest.mark.parametrize(
+    ("workload", "size"),
+    [
+        pytest.param(
+            {"kind": "LeaderWorkerSet", "metadata": {"annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}},
+             "spec": {"leaderWorkerTemplate": {"size": 4}}}, 4, id="opted-in-lws",
+        ),
+        pytest.param(
+            {"kind": "LeaderWorkerSet", "metadata": {"annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "disabled"}},
+             "spec": {"leaderWorkerTemplate": {"size": 4}}}, None, id="opted-out-lws",
+        ),
+        pytest.param(
+            {"kind": "StatefulSet", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: CLIQUE}},
+             "spec": {"replicas": 2}}, 2, id="kai-required-clique",
+        ),
+        pytest.param(
+            {"kind": "StatefulSet", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: "nvlink"}},
+             "spec": {"replicas": 2}}, 2, id="kai-required-alias",
+        ),
+        pytest.param(
+            {"kind": "StatefulSet", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: HOST}},
+             "spec": {"replicas": 2}}, None, id="kai-required-host",
+        ),
+        pytest.param({"kind": "Job", "metadata": {}, "spec": {"parallelism": 8}}, None, id="not-asked"),
+    ],
+)  # fmt: skip
+def test_the_group_size_comes_from_the_workload_that_asked_for_one_clique(
+    workload: dict[str, Any], size: int | None
+) -> None:
+    levels = planner.clique_levels([entry(levels=[{"nodeLabel": CLIQUE, "alias": "nvlink"}, {"nodeLabel": HOST}])])
+    assert planner.opted_in_group_size(workload, clique_levels=levels) == size
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        pytest.param(
+            {"name": "t", "levels": []},
+            "topology 't': levels is empty; list at least one node label, widest first",
+            id="empty",
+        ),
+        pytest.param(
+            {"name": "t", "levels": [{"nodeLabel": CLIQUE}, {"nodeLabel": CLIQUE}]},
+            "topology 't': nodeLabel 'nvidia.com/gpu.clique' is listed twice; list each label once; "
+            "domain 'gpuclique' is used twice; set distinct levels[].domain",
+            id="duplicate-labels",
+        ),
+        pytest.param(
+            {"name": "t", "levels": [{"nodeLabel": HOST}, {"nodeLabel": CLIQUE}]},
+            "topology 't': kubernetes.io/hostname must be the last level, as KAI requires; move it to the end",
+            id="hostname-not-last",
+        ),
+        pytest.param(
+            {"name": "T_1", "levels": [{"nodeLabel": CLIQUE}], "groveBinding": {"enabled": False}},
+            "topology 'T_1': name 'T_1' is not a DNS subdomain name; use lowercase letters, digits, '-' and '.'",
+            id="not-dns",
+        ),
+    ],
+)
+def test_an_invalid_topology_is_refused_naming_the_entry(document: dict[str, Any], problem: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as failure:
+        models.Configuration.model_validate({"topologies": [document]})
+    [error] = failure.value.errors()
+    assert (error["loc"], error["ctx"]["error"].args[0]) == (("topologies", 0), problem)
+
+
+def test_two_topologies_with_one_name_are_refused() -> None:
+    same = {"name": "t", "levels": [{"nodeLabel": CLIQUE}]}
+    with pytest.raises(pydantic.ValidationError) as failure:
+        models.Configuration.model_validate({"topologies": [same, same]})
+    [error] = failure.value.errors()
+    assert error["ctx"]["error"].args[0] == (
+        "topologies: 't' names two topologies; give each its own name; "
+        "topologies: binding name 't-binding' is used twice; set distinct groveBinding.name"
+    )
