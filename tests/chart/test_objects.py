@@ -100,7 +100,10 @@ def test_compute_domain_rbac_is_granted_exactly_when_the_gate_or_management_is_s
         assert rules == (
             [{"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"], "verbs": verbs}] if granted else []
         ), controller
-    assert compute_domain_rules(objects, "topology") == []
+    # The census only reads domains (which claims are channels), whatever the gate says.
+    assert compute_domain_rules(objects, "topology") == [
+        {"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"], "verbs": ["list", "watch"]}
+    ]
 
 
 def test_no_controller_may_read_secrets_or_delete_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:

@@ -316,25 +316,38 @@ def _say(echo: bool, message: str) -> None:
 
 
 def write_kubeconfig(path: pathlib.Path, testbed: Testbed, user: str, credentials: certs.KeyPair) -> None:
-    def encoded(file: pathlib.Path) -> str:
-        return base64.b64encode(file.read_bytes()).decode()
+    """A kubeconfig for `user`, authenticated by a client certificate."""
+    write_kubeconfig_for(
+        path,
+        testbed,
+        user,
+        {"client-certificate-data": _encoded(credentials.cert), "client-key-data": _encoded(credentials.key)},
+    )
 
+
+def write_token_kubeconfig(path: pathlib.Path, testbed: Testbed, user: str, token: str) -> None:
+    """A kubeconfig for `user`, authenticated by a bearer token (a ServiceAccount's)."""
+    write_kubeconfig_for(path, testbed, user, {"token": token})
+
+
+def _encoded(file: pathlib.Path) -> str:
+    return base64.b64encode(file.read_bytes()).decode()
+
+
+def write_kubeconfig_for(path: pathlib.Path, testbed: Testbed, user: str, authentication: dict[str, str]) -> None:
     document = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {
                 "name": "testbed",
-                "cluster": {"server": testbed.server, "certificate-authority-data": encoded(testbed.ca_cert)},
+                "cluster": {"server": testbed.server, "certificate-authority-data": _encoded(testbed.ca_cert)},
             }
         ],
         "users": [
             {
                 "name": user,
-                "user": {
-                    "client-certificate-data": encoded(credentials.cert),
-                    "client-key-data": encoded(credentials.key),
-                },
+                "user": authentication,
             }
         ],
         "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],

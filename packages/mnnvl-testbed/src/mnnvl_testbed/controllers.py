@@ -1,35 +1,27 @@
-"""Running mnnvl's controllers on the testbed as local processes, with their webhooks registered by URL.
-
-Each replica gets its own ports; the webhook configurations point at replica 0. Feature gates and other
-settings go into a `Configuration` file, exactly as the chart would render it.
+"""Running mnnvl's controllers on the testbed: installed from the chart (`release`), each replica a local process
+under its ServiceAccount, with its own ports; the webhook configurations point at replica 0.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import pathlib
 import socket
 import sys
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import yaml
 
-from mnnvl_api import keys, models
-from mnnvl_ds import registration as ds_registration
-from mnnvl_guardian import registration as guardian_registration
-from mnnvl_lws import registration as lws_registration
+from mnnvl_api import keys
 from mnnvl_runtime import certs, kube
 
-from . import cluster, processes, waiting
+from . import cluster, processes, release, waiting
 
-NAMESPACE = "mnnvl-system"
+NAMESPACE = release.NAMESPACE
 DELETION_FENCE_SECONDS = 2.0
 STORE_RESYNC_SECONDS = 10.0
-ClientConfig = Callable[[str], dict[str, Any]]
 WEBHOOK_KINDS = (
     ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "mutating"),
     ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration", "validating"),
@@ -44,26 +36,8 @@ class Replica:
     health_port: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Controller:
-    module: str
-    #: None for a controller that serves no webhook (mnnvl-topology).
-    webhooks: Callable[[ClientConfig, models.Configuration], list[dict[str, Any]]] | None
-
-
-CONTROLLERS = {
-    keys.LWS_CONTROLLER: Controller(
-        "mnnvl_lws", lambda client_config, _: lws_registration.configurations(client_config)
-    ),
-    keys.DS_CONTROLLER: Controller("mnnvl_ds", lambda client_config, _: ds_registration.configurations(client_config)),
-    keys.GUARDIAN_CONTROLLER: Controller(
-        "mnnvl_guardian",
-        lambda client_config, configuration: guardian_registration.configurations(
-            client_config, configuration.compute_domain.deletion_protection
-        ),
-    ),
-    keys.TOPOLOGY_CONTROLLER: Controller("mnnvl_topology", None),
-}
+#: The controllers that serve webhooks (mnnvl-topology serves none).
+WEBHOOK_SERVERS = frozenset({keys.LWS_CONTROLLER, keys.DS_CONTROLLER, keys.GUARDIAN_CONTROLLER})
 
 
 def replica_names(testbed: cluster.Testbed, controller: str) -> list[str]:
@@ -90,98 +64,108 @@ def start(
     replicas: int = 1,
     extra_config: dict[str, object] | None = None,
 ) -> list[Replica]:
-    """(Re)start `controller` with `replicas` processes and point its webhooks at the first one."""
+    """(Re)install `controller` from the chart and (re)start it with `replicas` processes, under its ServiceAccount,
+    its webhooks pointing at the first one."""
     stop(testbed, controller)
-    client = testbed.api()
-    client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "namespaces")
     work = testbed.state_dir / "controllers" / controller
     cert_dir = work / "certs"
     ca = certs.KeyPair(testbed.ca_cert, testbed.state_dir / "pki" / "ca.key")
     serving = certs.KeyPair(cert_dir / "tls.crt", cert_dir / "tls.key")
     certs.issue(ca, serving, common_name=controller, hosts=("127.0.0.1", "localhost"))
-    supervisor = processes.Supervisor(testbed.state_dir)
-    kubeconfig = controller_kubeconfig(testbed, controller)
-    started: list[Replica] = []
-    configuration: dict[str, Any] = {}
-    for index in range(replicas):
-        replica = Replica(
+    started = [
+        Replica(
             name=f"{controller}-{index}",
             webhook_port=processes.free_port(),
             metrics_port=processes.free_port(),
             health_port=processes.free_port(),
         )
-        configuration = {
-            "apiVersion": "config.lws.x-k8s.io/v1",
-            "kind": "Configuration",
-            "featureGates": {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE: gate},
-            "webhook": {
-                "host": "127.0.0.1",
-                "port": replica.webhook_port,
-                "certDir": str(cert_dir),
-                "certCheckIntervalSeconds": 1,
-            },
-            "leaderElection": {
-                "leaderElect": True,
-                "leaseDurationSeconds": 6,
-                "renewDeadlineSeconds": 4,
-                "retryPeriodSeconds": 1,
-            },
-            # Admission here takes milliseconds, so a short fence still outlasts it; stores re-list often so
-            # tests of missed deletions finish quickly.
-            "computeDomain": {"deletionFenceSeconds": DELETION_FENCE_SECONDS},
-            "watching": {"storeResyncSeconds": STORE_RESYNC_SECONDS},
+        for index in range(replicas)
+    ]
+    serves_webhooks = controller in WEBHOOK_SERVERS
+    installed = release.install(
+        testbed, controller, _block_values(controller, gate, extra_config, started[0] if serves_webhooks else None)
+    )
+    kubeconfig = release.service_account_kubeconfig(testbed, installed, controller)
+    command = installed.container(controller)["command"]
+    supervisor = processes.Supervisor(testbed.state_dir)
+    for replica in started:
+        # As the Deployment's pod would run, but listening on this replica's own ports with certificates from
+        # the state directory (the chart mounts them from a Secret).
+        configuration = installed.configuration(controller)
+        configuration["webhook"] = {
+            **configuration.get("webhook", {}),
+            "host": "127.0.0.1",
+            "port": replica.webhook_port,
+            "certDir": str(cert_dir),
+            "certCheckIntervalSeconds": 1,
         }
-        for section, values in (extra_config or {}).items():
-            merged = configuration.get(section)
-            configuration[section] = (
-                {**merged, **values} if isinstance(merged, dict) and isinstance(values, dict) else values
-            )
         config_file = work / f"{replica.name}.yaml"
         config_file.write_text(yaml.safe_dump(configuration))
         supervisor.start(
             replica.name,
-            [sys.executable, "-m", CONTROLLERS[controller].module],
+            [str(pathlib.Path(sys.executable).parent / command[0]), *command[1:]],
             env={
+                **release.process_environment(installed, controller, pod_name=replica.name),
                 "KUBECONFIG": str(kubeconfig),
                 "MNNVL_CONFIG_FILE": str(config_file),
-                "MNNVL_NAMESPACE": NAMESPACE,
-                "MNNVL_POD_NAME": replica.name,
                 "MNNVL_METRICS_ADDRESS": f"127.0.0.1:{replica.metrics_port}",
                 "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{replica.health_port}",
             },
         )
-        started.append(replica)
-    serves_webhooks = CONTROLLERS[controller].webhooks is not None
     for replica in started:
         _wait_healthy(supervisor, replica, webhook=serves_webhooks)
     (work / "replicas.json").write_text(json.dumps([dataclasses.asdict(r) for r in started]))
-    (work / "configuration.json").write_text(json.dumps(configuration))
-    if serves_webhooks:
-        point_webhooks_at(testbed, started[0], controller)
     return started
 
 
+def _block_values(
+    controller: str, gate: bool, extra_config: dict[str, object] | None, webhook_replica: Replica | None
+) -> dict[str, Any]:
+    """`controller`'s chart block on the testbed: its gate, the testbed's timings, `extra_config` merged over them
+    (the guardian's deletion protection is a value of its own: the chart renders its webhooks from it), and its
+    webhooks called by URL."""
+    configuration: dict[str, Any] = {
+        "leaderElection": {
+            "leaderElect": True,
+            "leaseDurationSeconds": 6,
+            "renewDeadlineSeconds": 4,
+            "retryPeriodSeconds": 1,
+        },
+        # Admission here takes milliseconds, so a short fence still outlasts it; stores re-list often so tests of
+        # missed deletions finish quickly.
+        "computeDomain": {"deletionFenceSeconds": DELETION_FENCE_SECONDS},
+        "watching": {"storeResyncSeconds": STORE_RESYNC_SECONDS},
+    }
+    for section, section_values in (extra_config or {}).items():
+        merged = configuration.get(section)
+        configuration[section] = (
+            {**merged, **section_values}
+            if isinstance(merged, dict) and isinstance(section_values, dict)
+            else section_values
+        )
+    block: dict[str, Any] = {
+        "replicas": 1,
+        "featureGates": {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE: gate},
+        "configuration": configuration,
+    }
+    protection = configuration["computeDomain"].pop("deletionProtection", None)
+    if protection is not None:
+        block["deletionProtection"] = protection
+    if controller == keys.TOPOLOGY_CONTROLLER:
+        block["kaiScheduler"] = {"installed": True}
+    if webhook_replica is not None:
+        block["webhook"] = {"url": f"https://127.0.0.1:{webhook_replica.webhook_port}"}
+    return block
+
+
 def point_webhooks_at(testbed: cluster.Testbed, replica: Replica, controller: str = keys.LWS_CONTROLLER) -> None:
-    """Register `controller`'s webhooks with `replica` as their endpoint, and drop those it does not serve.
+    """Point `controller`'s webhooks at `replica`, through the release.
 
     In a cluster a Service spreads webhook calls over all ready replicas; here there is no Service, so when a
     replica goes away the testbed re-points the webhooks, as endpoint removal would.
     """
-    ca_bundle = base64.b64encode(testbed.ca_cert.read_bytes()).decode()
-
-    def client_config(path: str) -> dict[str, Any]:
-        return {"url": f"https://127.0.0.1:{replica.webhook_port}{path}", "caBundle": ca_bundle}
-
-    saved = testbed.state_dir / "controllers" / controller / "configuration.json"
-    configuration = models.Configuration.model_validate(json.loads(saved.read_text()))
-    webhooks = CONTROLLERS[controller].webhooks
-    wanted = [] if webhooks is None else webhooks(client_config, configuration)
-    client = testbed.api()
-    for plural, kind, suffix in WEBHOOK_KINDS:
-        if not any(c["kind"] == kind for c in wanted):
-            client.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=f"{controller}-{suffix}"))
-    for webhook_configuration in wanted:
-        client.apply(webhook_configuration, str(webhook_configuration["kind"]).lower() + "s")
+    block = release.installed_blocks(testbed)[release.BLOCKS[controller]]
+    release.install(testbed, controller, {**block, "webhook": {"url": f"https://127.0.0.1:{replica.webhook_port}"}})
 
 
 def unregister(testbed: cluster.Testbed, controller: str) -> None:
@@ -202,27 +186,6 @@ def user_kubeconfig(testbed: cluster.Testbed, user: str) -> pathlib.Path:
     )
     path = testbed.state_dir / f"{user}.kubeconfig"
     cluster.write_kubeconfig(path, testbed, user, pair)
-    return path
-
-
-def controller_kubeconfig(testbed: cluster.Testbed, controller: str) -> pathlib.Path:
-    """A cluster-admin kubeconfig (group `system:masters`) whose user is named after `controller`.
-
-    Rights as the admin kubeconfig's, but the API server's audit log names the controller as `user.username`:
-    both controllers send the same user agents (the kubernetes client's and kopf's), so without their own user
-    their writes could not be told apart (`./dev bench writes` counts them).
-    """
-    ca = certs.KeyPair(testbed.ca_cert, testbed.state_dir / "pki" / "ca.key")
-    pki = testbed.state_dir / "pki"
-    pair = certs.issue(
-        ca,
-        certs.KeyPair(pki / f"{controller}.crt", pki / f"{controller}.key"),
-        common_name=controller,
-        organizations=("system:masters",),
-        client=True,
-    )
-    path = testbed.state_dir / "controllers" / controller / "admin.kubeconfig"
-    cluster.write_kubeconfig(path, testbed, controller, pair)
     return path
 
 
