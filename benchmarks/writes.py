@@ -26,14 +26,20 @@ import common
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, processes, testing
+from mnnvl_testbed import cluster, processes, release, testing
 
 UPSTREAM = ("lws-manager", "kube-controller-manager")
 MNNVL = (keys.LWS_CONTROLLER, keys.GUARDIAN_CONTROLLER)
 
 
+#: The controllers run as their ServiceAccounts (the chart's), in the testbed release's namespace.
+SERVICE_ACCOUNT_PREFIX = f"system:serviceaccount:{release.NAMESPACE}:"
+
+
 def writer(entry: dict[str, Any]) -> str:
     user = str(entry.get("user", {}).get("username", "?"))
+    if user.startswith(SERVICE_ACCOUNT_PREFIX):
+        return user.removeprefix(SERVICE_ACCOUNT_PREFIX)  # the chart names each after its controller
     if user != "admin":
         return user
     user_agent = str(entry.get("userAgent", "?"))
