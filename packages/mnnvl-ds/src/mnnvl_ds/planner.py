@@ -217,7 +217,9 @@ def plan(snapshot: Snapshot) -> plans.Plan:
                 ready.add(name)
         warnings += [_foreign(workload, position, found) for position, found in held_back(snapshot)]
         if workload.opted_in and not workload.deleting:
-            warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
+            warnings += plans.pods_without_claim(
+                snapshot.pods, kind=keys.DS_KIND, workload=workload.name, controller=MANAGER
+            )
     ungate = tuple(
         plans.PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
         for p in snapshot.pods
@@ -264,16 +266,5 @@ def _foreign(workload: Workload, position: SliceRevision, found: domains.DomainF
             f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
             f"and slice {position[0]} (revision {position[1]}) stays unscaled, its pods gated: delete or rename "
             "that ComputeDomain"
-        ),
-    )
-
-
-def _missing_claim(workload: Workload, pod: PodFacts) -> plans.Warning:
-    return plans.Warning(
-        reason=events.POD_WITHOUT_CHANNEL_CLAIM_REASON,
-        message=(
-            f"Pod {pod.name} of DisaggregatedSet {workload.name} has GPU containers but no ComputeDomain channel "
-            "claim (it was created while the mnnvl-ds pod webhook was not registered or not reachable): delete "
-            "the pod so it is created again with its claim"
         ),
     )

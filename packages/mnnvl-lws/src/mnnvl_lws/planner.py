@@ -105,7 +105,9 @@ def plan(snapshot: Snapshot) -> plans.Plan:
                     create.append(_to_create(workload, leader))
             elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
                 warnings.append(_foreign(workload, leader, found))
-        warnings += [_missing_claim(workload, p) for p in snapshot.pods if p.missing_claim and not p.terminal]
+        warnings += plans.pods_without_claim(
+            snapshot.pods, kind="LeaderWorkerSet", workload=workload.name, controller=MANAGER
+        )
     if workload is not None:
         ready = {
             name
@@ -170,16 +172,5 @@ def _invalid_name(leader: PodFacts) -> plans.Warning:
             f"Pod {leader.name} records ComputeDomain name {leader.domain!r}, which is not one this LeaderWorkerSet "
             f"derives for group {leader.group}; no domain is created for it: delete pod {leader.name} so it is "
             "created again with a derived name"
-        ),
-    )
-
-
-def _missing_claim(workload: Workload, pod: PodFacts) -> plans.Warning:
-    return plans.Warning(
-        reason=events.POD_WITHOUT_CHANNEL_CLAIM_REASON,
-        message=(
-            f"Pod {pod.name} of LeaderWorkerSet {workload.name} has GPU containers but no ComputeDomain channel "
-            "claim (it was created while the mnnvl-lws pod webhook was not registered or not reachable): delete "
-            "the pod so it is created again with its claim"
         ),
     )

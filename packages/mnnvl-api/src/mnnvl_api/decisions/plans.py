@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .. import events
 from . import domains, injection, references
 
 
@@ -114,3 +115,20 @@ def retire(
         elif domains.may_release(found, template_in_use=used):
             release.append(found.name)
     return Retirement(delete=tuple(delete), uncondemn=tuple(uncondemn), release=tuple(release))
+
+
+def pods_without_claim(pods: Iterable[PodFacts], *, kind: str, workload: str, controller: str) -> list[Warning]:
+    """One warning per live pod that should hold the channel claim but holds none: it was admitted while
+    `controller`'s pod webhook was not there, and only its creation again gives it the claim."""
+    return [
+        Warning(
+            reason=events.POD_WITHOUT_CHANNEL_CLAIM_REASON,
+            message=(
+                f"Pod {pod.name} of {kind} {workload} has GPU containers but no ComputeDomain channel claim (it was "
+                f"created while the {controller} pod webhook was not registered or not reachable): delete the pod "
+                "so it is created again with its claim"
+            ),
+        )
+        for pod in pods
+        if pod.missing_claim and not pod.terminal
+    ]
