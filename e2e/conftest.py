@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,17 @@ def mnnvl(backend: str, request: pytest.FixtureRequest) -> None:
     """mnnvl-lws, mnnvl-ds and mnnvl-guardian running with the gate enabled and their webhooks registered: local
     processes on the testbed, the chart's Deployments on kind."""
     request.getfixturevalue("kind_installation" if backend == kind.KIND else "lws_controller")
+
+
+@pytest.fixture
+def cluster_without_the_driver(tmp_path: pathlib.Path) -> Iterator[cluster.Testbed]:
+    """A second, bare control plane (etcd and kube-apiserver only): no ComputeDomain API is served."""
+    state_dir = tmp_path / "bare"
+    bare = cluster.up(state_dir, api_server_only=True, echo=False)
+    try:
+        yield bare
+    finally:
+        cluster.down(state_dir)
 
 
 @pytest.fixture(

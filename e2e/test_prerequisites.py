@@ -17,17 +17,6 @@ from mnnvl_testbed import cluster, controllers, processes, testing
 
 
 @pytest.fixture
-def cluster_without_the_driver(tmp_path: pathlib.Path) -> Iterator[cluster.Testbed]:
-    """A second, bare control plane (etcd and kube-apiserver only): no ComputeDomain API is served."""
-    state_dir = tmp_path / "bare"
-    bare = cluster.up(state_dir, api_server_only=True, echo=False)
-    try:
-        yield bare
-    finally:
-        cluster.down(state_dir)
-
-
-@pytest.fixture
 def controller_against(tmp_path: pathlib.Path) -> Iterator[Controller]:
     started: list[subprocess.Popen[str]] = []
     yield Controller(tmp_path, started)

@@ -28,8 +28,7 @@ def guardian_alone(testbed: cluster.Testbed, lws_replicas: list[controllers.Repl
 
 
 def stop_lws(testbed: cluster.Testbed) -> None:
-    controllers.stop(testbed, keys.LWS_CONTROLLER)
-    controllers.unregister(testbed, keys.LWS_CONTROLLER)
+    controllers.uninstall(testbed, keys.LWS_CONTROLLER)
 
 
 def guardian_metric(testbed: cluster.Testbed, name: str) -> float:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import socket
+import subprocess
 import sys
 import urllib.request
 from typing import Any
@@ -15,17 +17,13 @@ from typing import Any
 import yaml
 
 from mnnvl_api import keys
-from mnnvl_runtime import certs, kube
+from mnnvl_runtime import certs
 
 from . import cluster, processes, release, waiting
 
 NAMESPACE = release.NAMESPACE
 DELETION_FENCE_SECONDS = 2.0
 STORE_RESYNC_SECONDS = 10.0
-WEBHOOK_KINDS = (
-    ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "mutating"),
-    ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration", "validating"),
-)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,36 +84,61 @@ def start(
         testbed, controller, _block_values(controller, gate, extra_config, started[0] if serves_webhooks else None)
     )
     kubeconfig = release.service_account_kubeconfig(testbed, installed, controller)
-    command = installed.container(controller)["command"]
     supervisor = processes.Supervisor(testbed.state_dir)
     for replica in started:
-        # As the Deployment's pod would run, but listening on this replica's own ports with certificates from
-        # the state directory (the chart mounts them from a Secret).
-        configuration = installed.configuration(controller)
-        configuration["webhook"] = {
-            **configuration.get("webhook", {}),
-            "host": "127.0.0.1",
-            "port": replica.webhook_port,
-            "certDir": str(cert_dir),
-            "certCheckIntervalSeconds": 1,
-        }
-        config_file = work / f"{replica.name}.yaml"
-        config_file.write_text(yaml.safe_dump(configuration))
-        supervisor.start(
-            replica.name,
-            [str(pathlib.Path(sys.executable).parent / command[0]), *command[1:]],
-            env={
-                **release.process_environment(installed, controller, pod_name=replica.name),
-                "KUBECONFIG": str(kubeconfig),
-                "MNNVL_CONFIG_FILE": str(config_file),
-                "MNNVL_METRICS_ADDRESS": f"127.0.0.1:{replica.metrics_port}",
-                "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{replica.health_port}",
-            },
-        )
+        command, env = _replica_process(testbed, installed, controller, replica, kubeconfig)
+        supervisor.start(replica.name, command, env=env)
     for replica in started:
         _wait_healthy(supervisor, replica, webhook=serves_webhooks)
     (work / "replicas.json").write_text(json.dumps([dataclasses.asdict(r) for r in started]))
     return started
+
+
+def _replica_process(
+    testbed: cluster.Testbed,
+    installed: release.Release,
+    controller: str,
+    replica: Replica,
+    kubeconfig: pathlib.Path,
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of one replica: as the Deployment's pod would run, but listening on the
+    replica's own ports with certificates from the state directory (the chart mounts them from a Secret)."""
+    work = testbed.state_dir / "controllers" / controller
+    configuration = installed.configuration(controller)
+    configuration["webhook"] = {
+        **configuration.get("webhook", {}),
+        "host": "127.0.0.1",
+        "port": replica.webhook_port,
+        "certDir": str(work / "certs"),
+        "certCheckIntervalSeconds": 1,
+    }
+    config_file = work / f"{replica.name}.yaml"
+    config_file.write_text(yaml.safe_dump(configuration))
+    command = installed.container(controller)["command"]
+    return [str(pathlib.Path(sys.executable).parent / command[0]), *command[1:]], {
+        **release.process_environment(installed, controller, pod_name=replica.name),
+        "KUBECONFIG": str(kubeconfig),
+        "MNNVL_CONFIG_FILE": str(config_file),
+        "MNNVL_METRICS_ADDRESS": f"127.0.0.1:{replica.metrics_port}",
+        "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{replica.health_port}",
+    }
+
+
+def run_once(testbed: cluster.Testbed, controller: str, *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `controller` as the release installs it now (nothing re-applied), in the foreground under its
+    ServiceAccount, until it exits: how a test sees a start-up failure's exit code and message."""
+    installed = release.rendered(testbed)
+    replica = Replica(
+        name=f"{controller}-once",
+        webhook_port=processes.free_port(),
+        metrics_port=processes.free_port(),
+        health_port=processes.free_port(),
+    )
+    kubeconfig = release.service_account_kubeconfig(testbed, installed, controller)
+    command, env = _replica_process(testbed, installed, controller, replica, kubeconfig)
+    return subprocess.run(
+        command, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _block_values(
@@ -168,11 +191,11 @@ def point_webhooks_at(testbed: cluster.Testbed, replica: Replica, controller: st
     release.install(testbed, controller, {**block, "webhook": {"url": f"https://127.0.0.1:{replica.webhook_port}"}})
 
 
-def unregister(testbed: cluster.Testbed, controller: str) -> None:
-    """Remove `controller`'s webhook configurations, as uninstalling it would."""
-    client = testbed.api()
-    for plural, _, suffix in WEBHOOK_KINDS:
-        client.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=f"{controller}-{suffix}"))
+def uninstall(testbed: cluster.Testbed, controller: str) -> None:
+    """Stop `controller` and take its block out of the release: its webhooks, RBAC, Configuration and the rest
+    are deleted, as uninstalling it from the chart would."""
+    stop(testbed, controller)
+    release.uninstall(testbed, controller)
 
 
 def user_kubeconfig(testbed: cluster.Testbed, user: str) -> pathlib.Path:

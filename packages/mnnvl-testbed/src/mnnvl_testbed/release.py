@@ -6,12 +6,14 @@ ConfigMaps, webhook configurations (called by URL on 127.0.0.1, signed by the te
 budgets, the FlowSchema. Each process then runs as its Deployment says (command, environment, Configuration),
 authenticated as its ServiceAccount by a token from the TokenRequest API, so every permission the controllers use
 is one the chart grants. The release's values are kept in the state directory, one block per controller that was
-installed, so starting one controller again re-renders the release without dropping the others.
+installed, so starting one controller again re-renders the release without dropping the others, and uninstalling one
+re-renders it without that block and deletes what is no longer rendered, as `helm upgrade` does.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import pathlib
 from collections.abc import Mapping
@@ -35,22 +37,37 @@ BLOCKS = {
 }
 #: The serving certificate lives in each controller's state directory; the chart only names a Secret for it.
 SERVING_SECRET = "testbed-webhook-serving"
-#: How the kinds the chart renders are named in API paths.
-PLURALS = {
-    "ServiceAccount": "serviceaccounts",
-    "ClusterRole": "clusterroles",
-    "ClusterRoleBinding": "clusterrolebindings",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "ConfigMap": "configmaps",
-    "Service": "services",
-    "PodDisruptionBudget": "poddisruptionbudgets",
-    "FlowSchema": "flowschemas",
-    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """Where the API serves one kind the chart renders."""
+
+    api_version: str
+    plural: str
+    namespaced: bool
+
+
+#: Every kind the chart renders but the Deployments (the testbed runs processes instead).
+RESOURCES = {
+    "ServiceAccount": Resource("v1", "serviceaccounts", namespaced=True),
+    "ClusterRole": Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
+    "ClusterRoleBinding": Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False),
+    "Role": Resource("rbac.authorization.k8s.io/v1", "roles", namespaced=True),
+    "RoleBinding": Resource("rbac.authorization.k8s.io/v1", "rolebindings", namespaced=True),
+    "ConfigMap": Resource("v1", "configmaps", namespaced=True),
+    "Service": Resource("v1", "services", namespaced=True),
+    "PodDisruptionBudget": Resource("policy/v1", "poddisruptionbudgets", namespaced=True),
+    "FlowSchema": Resource("flowcontrol.apiserver.k8s.io/v1", "flowschemas", namespaced=False),
+    "MutatingWebhookConfiguration": Resource(
+        "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False
+    ),
+    "ValidatingWebhookConfiguration": Resource(
+        "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False
+    ),
 }
-WEBHOOK_API = "admissionregistration.k8s.io/v1"
-WEBHOOK_PLURALS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+#: What marks every object of the release (the chart's standard labels).
+RELEASE_SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
 TOKEN_SECONDS = 24 * 3600
 
 
@@ -84,9 +101,6 @@ class Release:
         found: dict[str, Any] = yaml.safe_load(text)
         return found
 
-    def webhook_configurations(self) -> list[dict[str, Any]]:
-        return [o for o in self.objects if PLURALS.get(o["kind"]) in WEBHOOK_PLURALS]
-
 
 def _state_file(testbed: cluster.Testbed) -> pathlib.Path:
     return testbed.state_dir / "controllers" / "release.json"
@@ -114,25 +128,49 @@ def values(testbed: cluster.Testbed, blocks: Mapping[str, Mapping[str, Any]]) ->
     return rendered
 
 
+def rendered(testbed: cluster.Testbed) -> Release:
+    """The release as installed now (rendered again, nothing applied)."""
+    return _render(testbed, installed_blocks(testbed))
+
+
 def install(testbed: cluster.Testbed, controller: str, block_values: Mapping[str, Any]) -> Release:
-    """Set `controller`'s block to `block_values`, render the release and apply it (all but the Deployments);
-    webhook configurations the release no longer renders are removed, as `helm upgrade` would."""
+    """Set `controller`'s block to `block_values` and apply the release (all but the Deployments)."""
     blocks = installed_blocks(testbed)
     blocks[BLOCKS[controller]] = dict(block_values)
-    release = Release(chart.render(overrides=values(testbed, blocks), release=RELEASE, namespace=NAMESPACE))
+    return _apply(testbed, blocks)
+
+
+def uninstall(testbed: cluster.Testbed, controller: str) -> Release:
+    """Drop `controller`'s block from the release: its RBAC, Configuration, webhooks and the rest are deleted."""
+    blocks = installed_blocks(testbed)
+    blocks.pop(BLOCKS[controller], None)
+    return _apply(testbed, blocks)
+
+
+def _render(testbed: cluster.Testbed, blocks: Mapping[str, Mapping[str, Any]]) -> Release:
+    return Release(chart.render(overrides=values(testbed, blocks), release=RELEASE, namespace=NAMESPACE))
+
+
+def _apply(testbed: cluster.Testbed, blocks: dict[str, dict[str, Any]]) -> Release:
+    """Render the release with `blocks`, apply it, and delete the release's objects it no longer renders, as
+    `helm upgrade` would."""
+    release = _render(testbed, blocks)
     client = testbed.api()
     client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "namespaces")
+    kept: set[tuple[str, str]] = set()
     for manifest in release.objects:
         if manifest["kind"] != "Deployment":
-            client.apply(manifest, PLURALS[manifest["kind"]])
-    rendered = {o["metadata"]["name"] for o in release.webhook_configurations()}
-    for plural in WEBHOOK_PLURALS:
-        listed = client.request(
-            "GET", kube.path_of(WEBHOOK_API, plural), query={"labelSelector": f"app.kubernetes.io/instance={RELEASE}"}
+            client.apply(manifest, RESOURCES[manifest["kind"]].plural)
+            kept.add((manifest["kind"], manifest["metadata"]["name"]))
+    for kind, resource in RESOURCES.items():
+        namespace = NAMESPACE if resource.namespaced else None
+        listed = client.list_objects(
+            resource.api_version, resource.plural, namespace=namespace, labelSelector=RELEASE_SELECTOR
         )
-        for item in listed.get("items", []):
-            if item["metadata"]["name"] not in rendered:
-                client.delete(kube.path_of(WEBHOOK_API, plural, name=item["metadata"]["name"]))
+        for item in listed:
+            name = item["metadata"]["name"]
+            if (kind, name) not in kept:
+                client.delete(kube.path_of(resource.api_version, resource.plural, namespace=namespace, name=name))
     path = _state_file(testbed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(blocks))
