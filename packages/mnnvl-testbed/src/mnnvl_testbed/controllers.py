@@ -115,7 +115,10 @@ def _replica_process(
     config_file = work / f"{replica.name}.yaml"
     config_file.write_text(yaml.safe_dump(configuration))
     command = installed.container(controller)["command"]
-    return [str(pathlib.Path(sys.executable).parent / command[0]), *command[1:]], {
+    # The Deployment's console script, run by this interpreter explicitly: the supervisor recognises its processes
+    # by their first argument, which for a script started through its shebang would be the interpreter instead.
+    script = pathlib.Path(sys.executable).parent / command[0]
+    return [sys.executable, str(script), *command[1:]], {
         **release.process_environment(installed, controller, pod_name=replica.name),
         "KUBECONFIG": str(kubeconfig),
         "MNNVL_CONFIG_FILE": str(config_file),
