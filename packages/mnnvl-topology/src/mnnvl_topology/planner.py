@@ -134,6 +134,21 @@ def obsolete(ours: Iterable[str], wanted: Iterable[str]) -> list[str]:
     return sorted(set(ours) - set(wanted))
 
 
+def refusal_message(kind: str, name: str, *, status: int | None, body: object) -> str:
+    """The Warning for a call the API server refused, with its own message (a webhook's reason is in it)."""
+    said: object = None
+    if isinstance(body, str | bytes):
+        try:
+            said = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            said = body.decode(errors="replace") if isinstance(body, bytes) else body
+    return (
+        f"{kind} {name} could not be written by {keys.TOPOLOGY_CONTROLLER}: the API server answered {status}"
+        + (f": {said}" if said else "")
+        + "; the other topologies are still kept, and this one is retried with back-off"
+    )
+
+
 # --- the clique census ----------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,12 @@ WRITES = prometheus_client.Counter(
     ["kind", "action"],
     registry=metrics.REGISTRY,
 )
+REFUSED = prometheus_client.Counter(
+    "mnnvl_topology_refused_writes_total",
+    "Calls on a KAI Topology or Grove ClusterTopologyBinding the API server refused (a webhook, RBAC, validation)",
+    ["kind"],
+    registry=metrics.REGISTRY,
+)
 FOREIGN = prometheus_client.Gauge(
     "mnnvl_topology_foreign_objects",
     "Configured names held by a Topology or ClusterTopologyBinding mnnvl-topology did not create (left alone)",
