@@ -3,10 +3,11 @@ Lease holder syncs the topologies, publishes the census and checks unschedulable
 are synced.
 
 Pods are watched without a label selector, unlike the other controllers: the census counts every pod holding a
-ComputeDomain channel (also pods of domains made by hand, which carry no label of ours) and the fit check looks
-at every unschedulable pod of a KAI workload (whose pods carry no label of ours either). Per event the cost
-stays O(1): only pods holding a claim or unschedulable are kept, as a few facts, and the census is computed on a
-queue pass, which coalesces the events that arrive meanwhile.
+ComputeDomain channel or a GPU (also pods of domains made by hand, which carry no label of ours) and the fit
+check looks at every unschedulable pod KAI places (whose pods carry no label of ours either). Per event the cost
+stays O(1): only pods holding a claim or a GPU, and unschedulable pods of slice or replica scope or placed by KAI,
+are kept, as a few facts (`planner.worth_keeping`); the census is computed on a queue pass, once however many fit
+checks read it, and again only when a fact it reads changes.
 """
 
 from __future__ import annotations
