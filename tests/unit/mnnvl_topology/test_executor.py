@@ -28,6 +28,7 @@ class FakeApi:
         self.objects: dict[tuple[str, str], Object] = {}
         self.refuse = refuse
         self.events: list[Object] = []
+        self.applied: list[Object] = []
 
     async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
         if method == "POST":
@@ -55,6 +56,10 @@ class FakeApi:
         created["metadata"]["uid"] = f"uid-{name}"
         self.objects[(plural, name)] = created
         return created
+
+    async def aapply(self, manifest: Object, plural: str) -> Object:
+        self.applied.append(copy.deepcopy(manifest))
+        return manifest
 
     async def adelete(self, path: str, *, uid: str | None = None, **_: Any) -> bool:
         plural, name = path.split("/")[-2:]
@@ -120,3 +125,23 @@ def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_w
     [warning] = [event for event in api.events if event["type"] == "Warning"]
     assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("old", "uid-old")
     assert '400: admission webhook "grove" denied the request: old is invalid' in warning["message"]
+
+
+def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_never_twice_in_between() -> None:
+    api = FakeApi(refuse=set())
+    running = executor_over(api, "a")
+    running.stores.apply_node("n", {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}})
+
+    async def publish() -> int:
+        await running.publish_census()
+        return len(api.applied)
+
+    assert asyncio.run(fakes.within(publish())) == 1
+    assert asyncio.run(fakes.within(publish())) == 1  # unchanged: not written again
+    running.on_lease_change(False)
+    assert asyncio.run(fakes.within(publish())) == 1
+    running.on_lease_change(True)  # the previous holder may have left another census, or none
+    assert asyncio.run(fakes.within(publish())) == 2
+    running.forget_census()  # the periodic resync: a deleted ConfigMap comes back
+    assert asyncio.run(fakes.within(publish())) == 3
+    assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.census().to_json()

@@ -266,6 +266,15 @@ class Executor:
         await self.client.aapply(configmap, "configmaps")
         self.census_written = document
 
+    def forget_census(self) -> None:
+        """Called on every periodic resync: the ConfigMap may have been deleted or edited since we wrote it, so
+        the next census pass applies it again (an apply that changes nothing is cheap)."""
+        self.census_written = None
+
+    def on_lease_change(self, leading: bool) -> None:
+        if leading:  # another replica wrote the census while it held the Lease
+            self.forget_census()
+
     def census_reference(self) -> kube.Object:
         return {
             "apiVersion": "v1",

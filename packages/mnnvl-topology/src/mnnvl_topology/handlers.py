@@ -62,7 +62,9 @@ async def start(memo: Any, **_: Any) -> None:
     # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
     served = preflight.is_served(context.client, keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
     _topologist = Topologist(context, STORES, compute_domains=served)
-    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=lambda: None)
+    publisher = _topologist.executor
+    context.elector.on_change.append(publisher.on_lease_change)
+    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=publisher.forget_census)
 
 
 @kopf.on.event("nodes", id="nodes", registry=state.registry)
