@@ -145,3 +145,18 @@ def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_neve
     running.forget_census()  # the periodic resync: a deleted ConfigMap comes back
     assert asyncio.run(fakes.within(publish())) == 3
     assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.census().to_json()
+
+
+def test_a_vanished_clique_leaves_the_gauges_and_the_others_keep_their_values() -> None:
+    running = executor_over(FakeApi(refuse=set()), "a")
+    for uid, clique in (("n1", "x"), ("n2", "y")):
+        running.stores.apply_node(uid, {"metadata": {"name": uid, "labels": {keys.GPU_CLIQUE_LABEL: clique}}})
+    asyncio.run(fakes.within(running.publish_census()))
+    running.stores.apply_node("n2", None)
+    asyncio.run(fakes.within(running.publish_census()))
+
+    def nodes(clique: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value("mnnvl_clique_nodes", {"clique": clique})
+
+    assert (nodes("x"), nodes("y")) == (1.0, None)
+    assert running.published_cliques == {"x"}

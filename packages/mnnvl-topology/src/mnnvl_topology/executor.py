@@ -45,6 +45,8 @@ class Executor:
     #: Workload uid → the cannot-fit message last posted, so each change is posted once.
     fit_warnings: dict[str, str] = dataclasses.field(default_factory=dict)
     census_written: str | None = None
+    #: Cliques the gauges have a value for.
+    published_cliques: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def client(self) -> kube.Kube:
@@ -249,13 +251,17 @@ class Executor:
 
     async def publish_census(self) -> None:
         found = self.stores.census()
-        for gauge in telemetry.CLIQUE_GAUGES:
-            gauge.clear()  # cliques that vanished must not linger
+        # New values first, then only the vanished cliques removed: a scrape never sees a clique missing.
         for count in found.cliques:
             telemetry.CLIQUE_NODES.labels(clique=count.clique).set(count.nodes)
             telemetry.CLIQUE_GPUS.labels(clique=count.clique).set(count.gpus)
             telemetry.CLIQUE_CHANNEL_NODES.labels(clique=count.clique).set(count.channel_nodes)
             telemetry.CLIQUE_FREE_NODES.labels(clique=count.clique).set(count.free_nodes)
+        cliques = {count.clique for count in found.cliques}
+        for clique in planner.obsolete(self.published_cliques, cliques):
+            for gauge in telemetry.CLIQUE_GAUGES:
+                gauge.remove(clique)
+        self.published_cliques = cliques
         telemetry.UNLABELLED_GPU_NODES.set(len(found.unlabelled_gpu_nodes))
         document = found.to_json()
         if document == self.census_written:
