@@ -19,7 +19,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_runtime import operator, preflight, reconciling
 
-from . import executor, state
+from . import executor, state, telemetry
 
 RESYNC_SECONDS = 30.0
 #: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
@@ -42,6 +42,7 @@ class Topologist:
             await self.executor.publish_census()
         elif key[0] == state.FIT:
             await self.executor.check_fit(key[1], key[2])
+        telemetry.PASSES.labels(work=key[0]).inc()
 
     def enqueue(self, found: list[state.Key]) -> None:
         self.loop.queue.enqueue(*found)

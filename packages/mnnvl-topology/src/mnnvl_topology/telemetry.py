@@ -57,4 +57,10 @@ CANNOT_FIT = prometheus_client.Counter(
     "Warnings that a Pending group needs more nodes in one clique than any clique has free",
     registry=metrics.REGISTRY,
 )
+PASSES = prometheus_client.Counter(
+    "mnnvl_topology_passes_total",
+    "Queue passes completed, by work (topologies, census, fit): the fit checks' cost, and proof a pass ran",
+    ["work"],
+    registry=metrics.REGISTRY,
+)
 CLIQUE_GAUGES = (CLIQUE_NODES, CLIQUE_GPUS, CLIQUE_CHANNEL_NODES, CLIQUE_FREE_NODES)
