@@ -83,14 +83,14 @@ def needs(block: str) -> list[Can]:
             Can(verb, "clustertopologybindings", "grove.io", "")
             for verb in ("get", "list", "watch", "create", "patch", "delete")
         ),
-        Can("get", "customresourcedefinitions", "apiextensions.k8s.io", ""),
+        Can("get", "customresourcedefinitions", "apiextensions.k8s.io", "", "topologies.kai.scheduler"),
         *(Can(verb, resource, namespace="") for resource in ("nodes", "pods") for verb in ("list", "watch")),
         *(Can(verb, "computedomains", cd, "") for verb in ("list", "watch")),
         Can("get", "leaderworkersets", "leaderworkerset.x-k8s.io"),
         Can("get", "statefulsets", "apps"),
         Can("get", "jobs", "batch"),
         Can("create", "configmaps", namespace=None),
-        *(Can(verb, "configmaps", namespace=None, name="mnnvl-clique-census") for verb in ("get", "patch")),
+        Can("patch", "configmaps", namespace=None, name="mnnvl-clique-census"),
     ]
 
 
@@ -122,6 +122,11 @@ def forbidden(block: str) -> list[Can]:
     if block == "topology":
         never += [Can(verb, "computedomains", cd) for verb in ("create", "patch", "delete")]
         never += [Can("patch", "configmaps", namespace=None, name="some-other-configmap")]
+        # Only KAI's Topology CRD is read (its schema); the census is applied, never read back.
+        never += [
+            Can("get", "customresourcedefinitions", "apiextensions.k8s.io", "", "computedomains.resource.nvidia.com")
+        ]
+        never += [Can("get", "configmaps", namespace=None, name="mnnvl-clique-census")]
         never += [Can("patch", "pods")]
     else:
         never += [Can("create", "topologies", "kai.scheduler", ""), Can("get", "nodes", namespace="")]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -101,6 +101,24 @@ def wait_metric(replica: controllers.Replica, sample: str, value: float) -> None
     testing.wait_for(
         lambda: metric(replica, sample) == value,
         what=f"{sample} == {value}",
+        timeout=TIMEOUT,
+        state=lambda: str(metric(replica, sample)),
+    )
+
+
+def touched() -> dict[str, Any]:
+    """A merge patch that changes nothing the controller reads, so its only effect is an event, hence a pass."""
+    return {"metadata": {"annotations": {"e2e.mnnvl.dev/touched": uuid.uuid4().hex}}}
+
+
+def another_pass(replica: controllers.Replica, work: str, trigger: Callable[[], object]) -> None:
+    """Run `trigger` and wait until the controller has completed one more pass of `work`."""
+    sample = f'mnnvl_topology_passes_total{{work="{work}"}}'
+    before = metric(replica, sample) or 0.0
+    trigger()
+    testing.wait_for(
+        lambda: (metric(replica, sample) or 0.0) > before,
+        what=f"another {work} pass",
         timeout=TIMEOUT,
         state=lambda: str(metric(replica, sample)),
     )
@@ -261,6 +279,9 @@ def test_without_grove_the_topology_works_with_kai_only(kai: cluster.Testbed, na
         wait_object(api, TOPOLOGY, name)
         assert wait_event(api, name, events.KAI_ONLY_REASON)[0] == "Normal"
         wait_metric(replica, "mnnvl_topologies_kai_only", 1.0)
+        # Said once: a Topology event forces another pass, which must not say it again.
+        another_pass(replica, "topologies", lambda: api.patch(kube.path_of(*TOPOLOGY, name=name), touched()))
+        assert [e[1] for e in reasons_about(api, name)].count(events.KAI_ONLY_REASON) == 1
         controllers.stop(kai, keys.TOPOLOGY_CONTROLLER)
 
 
@@ -370,11 +391,16 @@ def test_the_census_follows_pods_holding_channels(kai: cluster.Testbed, name: st
 def test_a_group_larger_than_any_cliques_free_nodes_gets_a_warning(kai: cluster.Testbed, name: str, ns: str) -> None:
     """If Pods remain Pending, verify that one clique has enough free nodes for the entire gang."""
     api = kai.api()
-    run(kai)
+    replica = run(kai)
     manifest = workloads.lws_manifest("too-big", replicas=1, size=5, containers=[workloads.VLLM])
     manifest["metadata"]["annotations"][keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION] = keys.GPU_CLIQUE_LABEL
     workloads.create_lws(api, ns, manifest)
     kind, _, message = wait_event(api, "too-big", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
     assert kind == "Warning"
     assert message.startswith("needs 5 nodes in one clique; largest free clique has 4: clique ")
+    assert len([e for e in reasons_about(api, "too-big", ns) if e[1] == events.CLIQUE_TOO_SMALL_REASON]) == 1
+    # Once per change of the message: a pod event forces another fit check of the same group, which must not post.
+    pending = next(pod for pod in api.list_objects("v1", "pods", namespace=ns) if not pod["spec"].get("nodeName"))
+    path = kube.path_of("v1", "pods", namespace=ns, name=pending["metadata"]["name"])
+    another_pass(replica, "fit", lambda: api.patch(path, touched()))
     assert len([e for e in reasons_about(api, "too-big", ns) if e[1] == events.CLIQUE_TOO_SMALL_REASON]) == 1

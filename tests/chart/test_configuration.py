@@ -51,3 +51,36 @@ def test_every_configuration_key_the_chart_accepts_is_one_the_controllers_accept
     assert loaded.compute_domain.deletion_protection is configuration_file.DeletionProtection.DENY
     assert loaded.webhook.cert_dir == "/var/run/mnnvl/webhook-certs"
     assert (loaded.metrics_bind_address, loaded.health_bind_address) == (":8080", ":8081")
+
+
+def test_a_custom_topologies_list_reaches_the_rendered_configuration_and_loads(
+    render: Render, tmp_path: pathlib.Path
+) -> None:
+    topologies = [
+        {
+            "name": "gb200",
+            "levels": [
+                {"nodeLabel": "nvidia.com/gpu.clique", "alias": "clique"},
+                {"nodeLabel": "kubernetes.io/hostname"},
+            ],
+            "groveBinding": {"name": "gb200-grove"},
+        },
+        {"name": "racks", "levels": [{"nodeLabel": "example.com/rack"}], "groveBinding": {"enabled": False}},
+    ]
+    objects = render(
+        overrides={
+            "topology": {
+                "enabled": True,
+                "kaiScheduler": {"installed": True},
+                "configuration": {"topologies": topologies},
+            }
+        }
+    )
+    path = tmp_path / "topology.yaml"
+    path.write_text(by_kind(objects, "ConfigMap")["mnnvl-topology-configuration"]["data"]["configuration.yaml"])
+    loaded = settings.load_configuration(path)
+    assert [(entry.name, entry.binding_name, entry.grove_binding.enabled) for entry in loaded.topologies] == [
+        ("gb200", "gb200-grove", True),
+        ("racks", "racks-binding", False),
+    ]
+    assert [level.alias for level in loaded.topologies[0].levels] == ["clique", None]

@@ -181,11 +181,16 @@ def node(name: str, clique: str | None, gpus: int = 4, *, schedulable: bool = Tr
 
 
 def pod(
-    name: str, node_name: str | None, *, templates: frozenset[str] = frozenset(), channel: bool = False
+    name: str,
+    node_name: str | None,
+    *,
+    templates: frozenset[str] = frozenset(),
+    channel: bool = False,
+    gpu: bool = False,
 ) -> planner.PodFacts:
     return planner.PodFacts(
-        namespace="ns", name=name, node=node_name, templates=templates, channel_claim=channel,
-        unschedulable=False, slice=None, lws=None, owner=None,
+        namespace="ns", name=name, node=node_name, templates=templates, channel_claim=channel, gpu=gpu,
+        unschedulable=False, scope=None, kai=False, slice=None, lws=None, owner=None,
     )  # fmt: skip
 
 
@@ -205,13 +210,21 @@ def test_the_census_counts_nodes_gpus_channels_and_free_nodes_per_clique() -> No
     ]
     busy = planner.channel_nodes(pods, frozenset({("ns", "hand-made")}))
     assert busy == {"a1", "b1"}
-    assert planner.census(nodes, busy) == planner.Census(
+    assert planner.census(nodes, busy, gpu_nodes=()) == planner.Census(
         cliques=(
             planner.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),
             planner.CliqueCount(clique="b", nodes=1, gpus=4, channel_nodes=1, free_nodes=0),
         ),
         unlabelled_gpu_nodes=("lost",),
     )
+
+
+def test_a_gpu_pod_without_a_channel_makes_its_node_busy_but_holds_no_channel() -> None:
+    nodes = [node("a1", "a"), node("a2", "a"), node("a3", "a")]
+    pods = [pod("p1", "a1", channel=True), pod("kai-0", "a2", gpu=True), pod("waiting", None, gpu=True)]
+    assert planner.gpu_nodes(pods) == {"a2"}
+    found = planner.census(nodes, planner.channel_nodes(pods, frozenset()), gpu_nodes=planner.gpu_nodes(pods))
+    assert found.cliques == (planner.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),)
 
 
 def test_a_claim_from_another_template_is_no_channel() -> None:
@@ -224,12 +237,16 @@ def test_pod_facts_read_channels_scheduling_and_group() -> None:
             "metadata": {
                 "name": "w-0-1",
                 "namespace": "ns",
-                "labels": {keys.LWS_NAME_LABEL: "w"},
+                "labels": {keys.LWS_NAME_LABEL: "w", keys.SCOPE_LABEL: keys.SCOPE_REPLICA},
                 "ownerReferences": [
                     {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "w-0", "controller": True}
                 ],
             },
-            "spec": {"resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "cd-1"}]},
+            "spec": {
+                "schedulerName": "kai-scheduler",
+                "containers": [{"name": "c", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}],
+                "resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "cd-1"}],
+            },
             "status": {
                 "phase": "Pending",
                 "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
@@ -239,6 +256,7 @@ def test_pod_facts_read_channels_scheduling_and_group() -> None:
     assert (facts.unschedulable, facts.channel_claim, facts.templates, facts.lws, facts.owner) == (
         True, True, frozenset({"cd-1"}), "w", ("apps/v1", "StatefulSet", "w-0"),
     )  # fmt: skip
+    assert (facts.gpu, facts.scope, facts.kai) == (True, keys.SCOPE_REPLICA, True)
 
 
 def test_a_finished_pod_holds_no_channel() -> None:
@@ -247,12 +265,15 @@ def test_a_finished_pod_holds_no_channel() -> None:
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {
                 "nodeName": "a1",
+                "containers": [{"name": "c", "resources": {"requests": {keys.GPU_RESOURCE: "1"}}}],
                 "resourceClaims": [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "t"}],
             },
             "status": {"phase": "Succeeded"},
         }
     )
-    assert (facts.channel_claim, facts.templates, facts.unschedulable) == (False, frozenset(), False)
+    assert (facts.channel_claim, facts.templates, facts.gpu, facts.unschedulable) == (
+        False, frozenset(), False, False,
+    )  # fmt: skip
 
 
 def census_of(*free: int) -> planner.Census:

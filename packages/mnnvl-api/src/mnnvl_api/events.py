@@ -27,6 +27,8 @@ UNEXPECTED_TOPOLOGY_OWNER_REASON: Final = "UnexpectedTopologyOwner"
 BINDING_CREATED_REASON: Final = "ClusterTopologyBindingCreated"
 BINDING_UPDATED_REASON: Final = "ClusterTopologyBindingUpdated"
 BINDING_DELETED_REASON: Final = "ClusterTopologyBindingDeleted"
+#: Warning: the API server refused a write on a Topology or binding (Grove's webhook, RBAC, validation).
+TOPOLOGY_WRITE_REFUSED_REASON: Final = "TopologyWriteRefused"
 #: Grove's ClusterTopologyBinding API is not served: the topology works with KAI Scheduler only.
 KAI_ONLY_REASON: Final = "GroveBindingSkipped"
 #: Warning: a Pending group needs more nodes in one clique than any clique has free.

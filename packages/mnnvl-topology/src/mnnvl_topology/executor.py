@@ -30,6 +30,10 @@ TOPOLOGY: Final = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
 BINDING: Final = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
 
 
+class IncompletePassError(RuntimeError):
+    """Some topology objects could not be written (each reported); the others were, and the pass is retried."""
+
+
 @dataclasses.dataclass
 class Executor:
     context: operator.Context
@@ -41,6 +45,8 @@ class Executor:
     #: Workload uid → the cannot-fit message last posted, so each change is posted once.
     fit_warnings: dict[str, str] = dataclasses.field(default_factory=dict)
     census_written: str | None = None
+    #: Cliques the gauges have a value for.
+    published_cliques: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def client(self) -> kube.Kube:
@@ -60,6 +66,9 @@ class Executor:
     # --- topologies and bindings ---------------------------------------------------------------------------
 
     async def sync_topologies(self) -> None:
+        """Every configured entry and every removal on its own: one the API server refuses (Grove's webhook
+        rejecting a binding, say) is reported and the others are still done; the pass then fails so the queue
+        retries it with back-off."""
         crd = await self.client.aget(CRD_API, "customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)
         aliases = planner.schema_has_aliases(crd)
         grove = await self.grove_served()
@@ -67,32 +76,61 @@ class Executor:
         if grove:
             self.reported_kai_only.clear()
         foreign = {keys.KAI_TOPOLOGY_KIND: 0, keys.GROVE_BINDING_KIND: 0}
-        for entry in self.topologies:
+        refused = [
+            entry.name
+            for entry in self.topologies
+            if not await self.sync_entry(entry, aliases=aliases, grove=grove, foreign=foreign)
+        ]
+        for kind, count in foreign.items():
+            telemetry.FOREIGN.labels(kind=kind).set(count)
+        refused += await self.remove_obsolete(grove=grove)
+        if refused:
+            raise IncompletePassError(f"the API server refused writes for: {', '.join(refused)}")
+
+    async def sync_entry(
+        self, entry: configuration.TopologySettings, *, aliases: bool, grove: bool, foreign: dict[str, int]
+    ) -> bool:
+        """One entry's Topology, then its binding; False when the API server refused a call (reported)."""
+        # What a refusal is reported on: the object of the step under way, as found (None: it does not exist).
+        concerned: tuple[str, str, kube.Object | None] = (keys.KAI_TOPOLOGY_KIND, entry.name, None)
+        try:
             desired = planner.desired_topology(entry, aliases=aliases)
             found = await self.client.aget(*TOPOLOGY, entry.name)
+            concerned = (keys.KAI_TOPOLOGY_KIND, entry.name, found)
             action = planner.decide_topology(desired, found, aliases=aliases)
             if action is planner.Action.FOREIGN:
                 assert found is not None
                 foreign[keys.KAI_TOPOLOGY_KIND] += 1
                 await self.warn_foreign(found, f"no {keys.GROVE_BINDING_KIND} is created for it")
-                continue  # the binding would bind Grove to a Topology we do not keep in shape
+                return True  # the binding would bind Grove to a Topology we do not keep in shape
             topology = await self.write_topology(action, desired, found)
             binding = planner.desired_binding(entry)
             if binding is None:
-                continue
+                return True
             if not grove:
                 await self.report_kai_only(entry, topology)
-                continue
+                return True
+            concerned = (keys.GROVE_BINDING_KIND, entry.binding_name, None)
             found_binding = await self.client.aget(*BINDING, entry.binding_name)
+            concerned = (keys.GROVE_BINDING_KIND, entry.binding_name, found_binding)
             if planner.decide_binding(binding, found_binding) is planner.Action.FOREIGN:
                 assert found_binding is not None
                 foreign[keys.GROVE_BINDING_KIND] += 1
                 await self.warn_foreign(found_binding, "it is left as it is")
-                continue
+                return True
             await self.write_binding(binding, found_binding)
-        for kind, count in foreign.items():
-            telemetry.FOREIGN.labels(kind=kind).set(count)
-        await self.remove_obsolete(grove=grove)
+        except kube.ApiError as error:
+            await self.report_refusal(*concerned, error)
+            return False
+        return True
+
+    async def report_refusal(self, kind: str, name: str, found: kube.Object | None, error: kube.ApiError) -> None:
+        """A Warning with the API server's message, on the object concerned or, when it does not exist, on the
+        census ConfigMap (an Event needs an object to be about, and that one is in our namespace)."""
+        message = planner.refusal_message(kind, name, status=error.status, body=error.body)
+        telemetry.REFUSED.labels(kind=kind).inc()
+        log.warning("topology write refused", extra={"kind": kind, "object": name, "reason": message})
+        await self.event(found or self.census_reference(), reasons.TOPOLOGY_WRITE_REFUSED_REASON, message, warning=True)
 
     async def grove_served(self) -> bool:
         try:
@@ -171,59 +209,84 @@ class Executor:
             "installed",
         )
 
-    async def remove_obsolete(self, *, grove: bool) -> None:
-        """Delete our objects that the configuration no longer names (never anyone else's)."""
+    async def remove_obsolete(self, *, grove: bool) -> list[str]:
+        """Delete our objects that the configuration no longer names (never anyone else's); the names of those
+        whose deletion the API server refused."""
         wanted = [entry.name for entry in self.topologies]
-        for name in planner.obsolete(self.stores.our_topologies(), wanted):
-            await self.delete_ours(TOPOLOGY, name, reasons.TOPOLOGY_DELETED_REASON)
+        refused = [
+            name
+            for name in planner.obsolete(self.stores.our_topologies(), wanted)
+            if not await self.delete_ours(TOPOLOGY, keys.KAI_TOPOLOGY_KIND, name, reasons.TOPOLOGY_DELETED_REASON)
+        ]
         if not grove:
-            return
+            return refused
         listed = await self.client.alist_page(
             *BINDING, label_selector=f"{keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER}"
         )
         bindings = [entry.binding_name for entry in self.topologies if entry.grove_binding.enabled]
         ours = [item["metadata"]["name"] for item in listed.items]
-        for name in planner.obsolete(ours, bindings):
-            await self.delete_ours(BINDING, name, reasons.BINDING_DELETED_REASON)
+        return refused + [
+            name
+            for name in planner.obsolete(ours, bindings)
+            if not await self.delete_ours(BINDING, keys.GROVE_BINDING_KIND, name, reasons.BINDING_DELETED_REASON)
+        ]
 
-    async def delete_ours(self, resource: tuple[str, str], name: str, reason: str) -> None:
-        found = await self.client.aget(*resource, name)
-        if found is None or not planner.is_ours(found):
-            return
-        if await self.client.adelete(kube.path_of(*resource, name=name), uid=found["metadata"]["uid"]):
-            kind = found["kind"]
-            telemetry.WRITES.labels(kind=kind, action="delete").inc()
-            log.info("topology object deleted", extra={"kind": kind, "object": name, "result": "delete"})
-            await self.event(found, reason, f"{kind} {name} deleted: it is no longer in the configuration")
+    async def delete_ours(self, resource: tuple[str, str], kind: str, name: str, reason: str) -> bool:
+        """False when the API server refused a call (reported)."""
+        found: kube.Object | None = None
+        try:
+            found = await self.client.aget(*resource, name)
+            if found is None or not planner.is_ours(found):
+                return True
+            if await self.client.adelete(kube.path_of(*resource, name=name), uid=found["metadata"]["uid"]):
+                telemetry.WRITES.labels(kind=kind, action="delete").inc()
+                log.info("topology object deleted", extra={"kind": kind, "object": name, "result": "delete"})
+                await self.event(found, reason, f"{kind} {name} deleted: it is no longer in the configuration")
+        except kube.ApiError as error:
+            await self.report_refusal(kind, name, found, error)
+            return False
+        return True
 
     # --- the census -------------------------------------------------------------------------------------------
 
     async def publish_census(self) -> None:
         found = self.stores.census()
-        for gauge in telemetry.CLIQUE_GAUGES:
-            gauge.clear()  # cliques that vanished must not linger
+        # New values first, then only the vanished cliques removed: a scrape never sees a clique missing.
         for count in found.cliques:
             telemetry.CLIQUE_NODES.labels(clique=count.clique).set(count.nodes)
             telemetry.CLIQUE_GPUS.labels(clique=count.clique).set(count.gpus)
             telemetry.CLIQUE_CHANNEL_NODES.labels(clique=count.clique).set(count.channel_nodes)
             telemetry.CLIQUE_FREE_NODES.labels(clique=count.clique).set(count.free_nodes)
+        cliques = {count.clique for count in found.cliques}
+        for clique in planner.obsolete(self.published_cliques, cliques):
+            for gauge in telemetry.CLIQUE_GAUGES:
+                gauge.remove(clique)
+        self.published_cliques = cliques
         telemetry.UNLABELLED_GPU_NODES.set(len(found.unlabelled_gpu_nodes))
         document = found.to_json()
         if document == self.census_written:
             return
-        namespace = self.context.process.namespace
-        configmap = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": CENSUS_CONFIGMAP,
-                "namespace": namespace,
-                "labels": {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER},
-            },
-            "data": {CENSUS_KEY: document},
-        }
+        configmap = self.census_reference()
+        configmap["metadata"]["labels"] = {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}
+        configmap["data"] = {CENSUS_KEY: document}
         await self.client.aapply(configmap, "configmaps")
         self.census_written = document
+
+    def forget_census(self) -> None:
+        """Called on every periodic resync: the ConfigMap may have been deleted or edited since we wrote it, so
+        the next census pass applies it again (an apply that changes nothing is cheap)."""
+        self.census_written = None
+
+    def on_lease_change(self, leading: bool) -> None:
+        if leading:  # another replica wrote the census while it held the Lease
+            self.forget_census()
+
+    def census_reference(self) -> kube.Object:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CENSUS_CONFIGMAP, "namespace": self.context.process.namespace},
+        }
 
     # --- groups that cannot fit ------------------------------------------------------------------------------------
 

@@ -3,10 +3,11 @@ Lease holder syncs the topologies, publishes the census and checks unschedulable
 are synced.
 
 Pods are watched without a label selector, unlike the other controllers: the census counts every pod holding a
-ComputeDomain channel (also pods of domains made by hand, which carry no label of ours) and the fit check looks
-at every unschedulable pod of a KAI workload (whose pods carry no label of ours either). Per event the cost
-stays O(1): only pods holding a claim or unschedulable are kept, as a few facts, and the census is computed on a
-queue pass, which coalesces the events that arrive meanwhile.
+ComputeDomain channel or a GPU (also pods of domains made by hand, which carry no label of ours) and the fit
+check looks at every unschedulable pod KAI places (whose pods carry no label of ours either). Per event the cost
+stays O(1): only pods holding a claim or a GPU, and unschedulable pods of slice or replica scope or placed by KAI,
+are kept, as a few facts (`planner.worth_keeping`); the census is computed on a queue pass, once however many fit
+checks read it, and again only when a fact it reads changes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_runtime import operator, preflight, reconciling
 
-from . import executor, state
+from . import executor, state, telemetry
 
 RESYNC_SECONDS = 30.0
 #: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
@@ -41,6 +42,7 @@ class Topologist:
             await self.executor.publish_census()
         elif key[0] == state.FIT:
             await self.executor.check_fit(key[1], key[2])
+        telemetry.PASSES.labels(work=key[0]).inc()
 
     def enqueue(self, found: list[state.Key]) -> None:
         self.loop.queue.enqueue(*found)
@@ -61,7 +63,9 @@ async def start(memo: Any, **_: Any) -> None:
     # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
     served = preflight.is_served(context.client, keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
     _topologist = Topologist(context, STORES, compute_domains=served)
-    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=lambda: None)
+    publisher = _topologist.executor
+    context.elector.on_change.append(publisher.on_lease_change)
+    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=publisher.forget_census)
 
 
 @kopf.on.event("nodes", id="nodes", registry=state.registry)

@@ -134,6 +134,21 @@ def obsolete(ours: Iterable[str], wanted: Iterable[str]) -> list[str]:
     return sorted(set(ours) - set(wanted))
 
 
+def refusal_message(kind: str, name: str, *, status: int | None, body: object) -> str:
+    """The Warning for a call the API server refused, with its own message (a webhook's reason is in it)."""
+    said: object = None
+    if isinstance(body, str | bytes):
+        try:
+            said = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            said = body.decode(errors="replace") if isinstance(body, bytes) else body
+    return (
+        f"{kind} {name} could not be written by {keys.TOPOLOGY_CONTROLLER}: the API server answered {status}"
+        + (f": {said}" if said else "")
+        + "; the other topologies are still kept, and this one is retried with back-off"
+    )
+
+
 # --- the clique census ----------------------------------------------------------------------------------------
 
 
@@ -164,7 +179,7 @@ class CliqueCount:
     gpus: int
     #: Nodes where a non-terminal pod holds a ComputeDomain channel (one per node in the driver's mode).
     channel_nodes: int
-    #: Schedulable GPU nodes without a channel in use.
+    #: Schedulable GPU nodes with neither a channel nor a GPU pod in use.
     free_nodes: int
 
 
@@ -197,9 +212,11 @@ class Census:
         return json.dumps(document, indent=2, sort_keys=True)
 
 
-def census(nodes: Iterable[NodeFacts], channel_nodes: Iterable[str]) -> Census:
-    """Per clique value: nodes, GPU capacity, nodes with a channel in use, free nodes; sorted by clique value."""
-    busy = set(channel_nodes)
+def census(nodes: Iterable[NodeFacts], channel_nodes: Iterable[str], *, gpu_nodes: Iterable[str]) -> Census:
+    """Per clique value: nodes, GPU capacity, nodes with a channel in use, free nodes; sorted by clique value.
+    A node is busy with a channel or with any GPU pod (one GPU pod per node in the driver's mode)."""
+    with_channel = set(channel_nodes)
+    busy = with_channel | set(gpu_nodes)
     by_clique: dict[str, list[NodeFacts]] = {}
     unlabelled: list[str] = []
     for node in nodes:
@@ -212,7 +229,7 @@ def census(nodes: Iterable[NodeFacts], channel_nodes: Iterable[str]) -> Census:
             clique=clique,
             nodes=len(members),
             gpus=sum(node.gpus for node in members),
-            channel_nodes=sum(1 for node in members if node.name in busy),
+            channel_nodes=sum(1 for node in members if node.name in with_channel),
             free_nodes=sum(1 for node in members if node.gpus > 0 and node.schedulable and node.name not in busy),
         )
         for clique, members in sorted(by_clique.items())
@@ -231,8 +248,13 @@ class PodFacts:
     #: Claim templates the pod holds while non-terminal, and whether it holds mnnvl's channel claim.
     templates: frozenset[str]
     channel_claim: bool
+    #: Non-terminal and asks for `nvidia.com/gpu`: its node is busy, channel or not.
+    gpu: bool
     #: Pending, and the scheduler found no node for it.
     unschedulable: bool
+    #: mnnvl's scope label (slice, replica), and whether KAI Scheduler places it (`spec.schedulerName`).
+    scope: str | None
+    kai: bool
     #: (DisaggregatedSet, slice, revision) of a slice-scope pod.
     slice: tuple[str, str, str] | None
     lws: str | None
@@ -246,6 +268,12 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     status = pod.get("status") or {}
     live = references.is_non_terminal(pod)
     claims = spec.get("resourceClaims") or ()
+    asked = [
+        value
+        for container in spec.get("containers") or ()
+        for amounts in ((container.get("resources") or {}).get(field) or {} for field in ("limits", "requests"))
+        if (value := str(amounts.get(keys.GPU_RESOURCE, "0"))) != "0"
+    ]
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"]
     unschedulable = (
         status.get("phase", "Pending") == "Pending"
@@ -273,7 +301,10 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         node=spec.get("nodeName") or None,
         templates=references.live_claim_templates(pod),
         channel_claim=live and any(claim.get("name") == keys.CHANNEL_CLAIM_NAME for claim in claims),
+        gpu=live and bool(asked),
         unschedulable=unschedulable,
+        scope=labels.get(keys.SCOPE_LABEL) or None,
+        kai=spec.get("schedulerName") == keys.KAI_SCHEDULER_NAME,
         slice=slice_of,
         lws=labels.get(keys.LWS_NAME_LABEL) or None,
         owner=owner,
@@ -288,6 +319,32 @@ def holds_channel(pod: PodFacts, channel_templates: frozenset[tuple[str, str]]) 
 
 def channel_nodes(pods: Iterable[PodFacts], channel_templates: frozenset[tuple[str, str]]) -> set[str]:
     return {pod.node for pod in pods if pod.node is not None and holds_channel(pod, channel_templates)}
+
+
+def gpu_nodes(pods: Iterable[PodFacts]) -> set[str]:
+    return {pod.node for pod in pods if pod.node is not None and pod.gpu}
+
+
+def may_need_one_clique(pod: PodFacts) -> bool:
+    """Whether an unschedulable pod's group may have asked for one clique: a slice or replica scope pod (a
+    DisaggregatedSet slice, an opted-in LWS) or one KAI places (a required placement is on its workload)."""
+    return pod.unschedulable and (pod.scope in (keys.SCOPE_SLICE, keys.SCOPE_REPLICA) or pod.kai)
+
+
+def worth_keeping(pod: PodFacts) -> bool:
+    """Whether the census or the fit check needs the pod: it holds a claim (a channel, a slice's size) or a GPU,
+    or its group may need one clique. Every other pod is forgotten at once."""
+    return pod.channel_claim or bool(pod.templates) or pod.gpu or may_need_one_clique(pod)
+
+
+def census_view(pod: PodFacts | None) -> tuple[object, ...] | None:
+    """The facts of a pod the census reads (None: it counts on no node); the census is computed again only
+    when these change."""
+    return (
+        None
+        if pod is None or pod.node is None
+        else (pod.namespace, pod.node, pod.templates, pod.channel_claim, pod.gpu)
+    )
 
 
 def clique_levels(topologies: Sequence[configuration.TopologySettings]) -> frozenset[str]:

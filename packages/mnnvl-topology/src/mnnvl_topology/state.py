@@ -28,9 +28,9 @@ SliceKey = tuple[str, str, str, str]  # namespace, DisaggregatedSet, slice, revi
 @dataclasses.dataclass
 class Stores:
     nodes: dict[str, planner.NodeFacts] = dataclasses.field(default_factory=dict)
-    #: Pods that hold a claim or cannot be scheduled; other pods are not kept.
+    #: Pods `planner.worth_keeping`: holding a claim or a GPU, or unschedulable in a group that may need a clique.
     pods: dict[str, planner.PodFacts] = dataclasses.field(default_factory=dict)
-    #: (namespace, pod) → facts of unschedulable pods
+    #: (namespace, pod) → facts of unschedulable pods whose group may need one clique
     unschedulable: indexes.Index[tuple[str, str], planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
     #: slice → uids of its pods that hold mnnvl's channel claim (one node each)
     slices: indexes.Index[SliceKey, bool] = dataclasses.field(default_factory=indexes.Index)
@@ -38,6 +38,8 @@ class Stores:
     channel_templates: indexes.Index[tuple[str, str], bool] = dataclasses.field(default_factory=indexes.Index)
     #: names of the Topologies we created
     ours: indexes.Index[str, bool] = dataclasses.field(default_factory=indexes.Index)
+    #: The census of the facts above, computed once however many fit checks read it (None: facts changed).
+    computed: planner.Census | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.node_mirror = stores.Mirror(stores.Resource(api_version="v1", plural="nodes"), self.apply_node)
@@ -61,20 +63,26 @@ class Stores:
             self.nodes.pop(uid, None)
         else:
             self.nodes[uid] = planner.node_facts(body)
+        self.computed = None
         return [CENSUS]
 
     def apply_pod(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
         before = self.pods.pop(uid, None)
         facts = None if body is None else planner.pod_facts(body)
-        keep = facts is not None and (facts.templates or facts.channel_claim or facts.unschedulable)
-        if facts is None or not keep:
+        kept = facts if facts is not None and planner.worth_keeping(facts) else None
+        found: list[Key] = []
+        if planner.census_view(before) != planner.census_view(kept):
+            self.computed = None
+            found.append(CENSUS)
+        if kept is None:
             self.unschedulable.drop(uid)
             self.slices.drop(uid)
-            return [CENSUS] if before is not None else []
-        self.pods[uid] = facts
-        self.unschedulable.put(uid, {(facts.namespace, facts.name): facts} if facts.unschedulable else {})
-        self.slices.put(uid, {(facts.namespace, *facts.slice): True} if facts.slice and facts.channel_claim else {})
-        return [CENSUS, (FIT, facts.namespace, facts.name)] if facts.unschedulable else [CENSUS]
+            return found
+        self.pods[uid] = kept
+        fit = planner.may_need_one_clique(kept)
+        self.unschedulable.put(uid, {(kept.namespace, kept.name): kept} if fit else {})
+        self.slices.put(uid, {(kept.namespace, *kept.slice): True} if kept.slice and kept.channel_claim else {})
+        return [*found, (FIT, kept.namespace, kept.name)] if fit else found
 
     def apply_domain(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
         template = None
@@ -83,6 +91,7 @@ class Stores:
             template = (channel.get("resourceClaimTemplate") or {}).get("name")
         namespace = "" if body is None else str(body["metadata"].get("namespace", ""))
         self.channel_templates.put(uid, {(namespace, str(template)): True} if template else {})
+        self.computed = None
         return [CENSUS]
 
     def apply_topology(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
@@ -91,8 +100,13 @@ class Stores:
         return [TOPOLOGIES]
 
     def census(self) -> planner.Census:
-        templates = frozenset(self.channel_templates.groups())
-        return planner.census(self.nodes.values(), planner.channel_nodes(self.pods.values(), templates))
+        if self.computed is None:
+            templates = frozenset(self.channel_templates.groups())
+            pods = self.pods.values()
+            self.computed = planner.census(
+                self.nodes.values(), planner.channel_nodes(pods, templates), gpu_nodes=planner.gpu_nodes(pods)
+            )
+        return self.computed
 
     def unschedulable_pod(self, namespace: str, name: str) -> planner.PodFacts | None:
         return self.unschedulable.first((namespace, name))

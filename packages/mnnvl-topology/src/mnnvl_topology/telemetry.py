@@ -12,6 +12,12 @@ WRITES = prometheus_client.Counter(
     ["kind", "action"],
     registry=metrics.REGISTRY,
 )
+REFUSED = prometheus_client.Counter(
+    "mnnvl_topology_refused_writes_total",
+    "Calls on a KAI Topology or Grove ClusterTopologyBinding the API server refused (a webhook, RBAC, validation)",
+    ["kind"],
+    registry=metrics.REGISTRY,
+)
 FOREIGN = prometheus_client.Gauge(
     "mnnvl_topology_foreign_objects",
     "Configured names held by a Topology or ClusterTopologyBinding mnnvl-topology did not create (left alone)",
@@ -49,6 +55,12 @@ UNLABELLED_GPU_NODES = prometheus_client.Gauge(
 CANNOT_FIT = prometheus_client.Counter(
     "mnnvl_clique_fit_warnings_total",
     "Warnings that a Pending group needs more nodes in one clique than any clique has free",
+    registry=metrics.REGISTRY,
+)
+PASSES = prometheus_client.Counter(
+    "mnnvl_topology_passes_total",
+    "Queue passes completed, by work (topologies, census, fit): the fit checks' cost, and proof a pass ran",
+    ["work"],
     registry=metrics.REGISTRY,
 )
 CLIQUE_GAUGES = (CLIQUE_NODES, CLIQUE_GPUS, CLIQUE_CHANNEL_NODES, CLIQUE_FREE_NODES)

@@ -1,0 +1,162 @@
+"""mnnvl-topology's executor against a fake API server: one refused object does not stop the others."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any, cast
+
+import pytest
+
+from mnnvl_api import events as reasons
+from mnnvl_api import keys, models
+from mnnvl_runtime import identity, kube, leases, metrics, operator, settings
+from mnnvl_topology import executor, state
+
+from ..mnnvl_runtime import fakes
+
+Object = dict[str, Any]
+LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+
+
+class FakeApi:
+    """Grove served, objects by (plural, name); creates and deletes of the names in `refuse` are denied with the
+    API server's message, as Grove's webhook or RBAC deny them."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        self.objects: dict[tuple[str, str], Object] = {}
+        self.refuse = refuse
+        self.events: list[Object] = []
+        self.applied: list[Object] = []
+
+    async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
+        if method == "POST":
+            self.events.append(kwargs["body"])
+            return {}
+        return {"resources": [{"name": keys.GROVE_BINDING_PLURAL}]}
+
+    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        return self.objects.get((plural, name))
+
+    async def alist_page(self, api_version: str, plural: str, **_: Any) -> kube.Page:
+        return kube.Page(
+            items=[body for (kind, _), body in self.objects.items() if kind == plural], resource_version=""
+        )
+
+    def check(self, name: str) -> None:
+        if name in self.refuse:
+            denied = {"message": f'admission webhook "grove" denied the request: {name} is invalid'}
+            raise kube.ApiError(status=400, reason="BadRequest", body=json.dumps(denied))
+
+    async def acreate(self, manifest: Object, plural: str) -> Object:
+        name = manifest["metadata"]["name"]
+        self.check(name)
+        created = copy.deepcopy(manifest)
+        created["metadata"]["uid"] = f"uid-{name}"
+        self.objects[(plural, name)] = created
+        return created
+
+    async def aapply(self, manifest: Object, plural: str) -> Object:
+        self.applied.append(copy.deepcopy(manifest))
+        return manifest
+
+    async def adelete(self, path: str, *, uid: str | None = None, **_: Any) -> bool:
+        plural, name = path.split("/")[-2:]
+        self.check(name)
+        return self.objects.pop((plural, name), None) is not None
+
+
+def refused(kind: str) -> float:
+    return metrics.REGISTRY.get_sample_value("mnnvl_topology_refused_writes_total", {"kind": kind}) or 0.0
+
+
+def executor_over(api: FakeApi, *names: str) -> executor.Executor:
+    configuration = models.Configuration.model_validate(
+        {"topologies": [{"name": name, "levels": LEVELS} for name in names]}
+    )
+    context = operator.Context(
+        identity=identity.Identity(keys.TOPOLOGY_CONTROLLER),
+        process=settings.ProcessSettings(namespace="mnnvl-system"),
+        configuration=configuration,
+        client=cast(kube.Kube, api),
+        elector=cast(leases.LeaderElector, None),  # passes never ask for the Lease
+    )
+    return executor.Executor(context, state.Stores())
+
+
+def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written() -> None:
+    api = FakeApi(refuse={"b-binding"})
+    before = refused(keys.GROVE_BINDING_KIND)
+
+    with pytest.raises(executor.IncompletePassError, match="b"):
+        asyncio.run(fakes.within(executor_over(api, "a", "b", "c").sync_topologies()))
+
+    assert sorted(api.objects) == [
+        (keys.GROVE_BINDING_PLURAL, "a-binding"),
+        (keys.GROVE_BINDING_PLURAL, "c-binding"),
+        (keys.KAI_TOPOLOGY_PLURAL, "a"),
+        (keys.KAI_TOPOLOGY_PLURAL, "b"),
+        (keys.KAI_TOPOLOGY_PLURAL, "c"),
+    ]
+    [warning] = [event for event in api.events if event["type"] == "Warning"]
+    assert warning["reason"] == reasons.TOPOLOGY_WRITE_REFUSED_REASON
+    # The binding does not exist: the Warning is on the census ConfigMap, with the webhook's own words.
+    assert (warning["involvedObject"]["kind"], warning["involvedObject"]["name"]) == (
+        "ConfigMap",
+        executor.CENSUS_CONFIGMAP,
+    )
+    assert 'admission webhook "grove" denied the request: b-binding is invalid' in warning["message"]
+    assert refused(keys.GROVE_BINDING_KIND) == before + 1
+
+
+def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_written() -> None:
+    api = FakeApi(refuse={"old"})
+    ours = {"metadata": {"name": "old", "uid": "uid-old", "labels": {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}}}
+    old: Object = {"apiVersion": keys.KAI_TOPOLOGY_API_VERSION, "kind": keys.KAI_TOPOLOGY_KIND, **ours}
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
+    running = executor_over(api, "a")
+    running.stores.apply_topology("uid-old", old)
+
+    with pytest.raises(executor.IncompletePassError, match="old"):
+        asyncio.run(fakes.within(running.sync_topologies()))
+
+    assert (keys.KAI_TOPOLOGY_PLURAL, "a") in api.objects
+    [warning] = [event for event in api.events if event["type"] == "Warning"]
+    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("old", "uid-old")
+    assert '400: admission webhook "grove" denied the request: old is invalid' in warning["message"]
+
+
+def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_never_twice_in_between() -> None:
+    api = FakeApi(refuse=set())
+    running = executor_over(api, "a")
+    running.stores.apply_node("n", {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}})
+
+    async def publish() -> int:
+        await running.publish_census()
+        return len(api.applied)
+
+    assert asyncio.run(fakes.within(publish())) == 1
+    assert asyncio.run(fakes.within(publish())) == 1  # unchanged: not written again
+    running.on_lease_change(False)
+    assert asyncio.run(fakes.within(publish())) == 1
+    running.on_lease_change(True)  # the previous holder may have left another census, or none
+    assert asyncio.run(fakes.within(publish())) == 2
+    running.forget_census()  # the periodic resync: a deleted ConfigMap comes back
+    assert asyncio.run(fakes.within(publish())) == 3
+    assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.census().to_json()
+
+
+def test_a_vanished_clique_leaves_the_gauges_and_the_others_keep_their_values() -> None:
+    running = executor_over(FakeApi(refuse=set()), "a")
+    for uid, clique in (("n1", "x"), ("n2", "y")):
+        running.stores.apply_node(uid, {"metadata": {"name": uid, "labels": {keys.GPU_CLIQUE_LABEL: clique}}})
+    asyncio.run(fakes.within(running.publish_census()))
+    running.stores.apply_node("n2", None)
+    asyncio.run(fakes.within(running.publish_census()))
+
+    def nodes(clique: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value("mnnvl_clique_nodes", {"clique": clique})
+
+    assert (nodes("x"), nodes("y")) == (1.0, None)
+    assert running.published_cliques == {"x"}
