@@ -178,7 +178,7 @@ def access_release(testbed: cluster.Testbed) -> Iterator[tuple[str, dict[str, st
             if o["kind"] in RBAC_KINDS
         ]
         for manifest in objects:
-            api.apply(manifest, release.PLURALS[manifest["kind"]])
+            api.apply(manifest, release.RESOURCES[manifest["kind"]].plural)
         accounts = {
             o["metadata"]["labels"]["app.kubernetes.io/component"]: o["metadata"]["name"]
             for o in objects
@@ -191,7 +191,9 @@ def access_release(testbed: cluster.Testbed) -> Iterator[tuple[str, dict[str, st
                 if manifest["kind"].startswith("Cluster"):
                     api.delete(
                         kube.path_of(
-                            manifest["apiVersion"], release.PLURALS[manifest["kind"]], name=manifest["metadata"]["name"]
+                            manifest["apiVersion"],
+                            release.RESOURCES[manifest["kind"]].plural,
+                            name=manifest["metadata"]["name"],
                         )
                     )
 
