@@ -12,8 +12,10 @@ from mnnvl_testbed import cluster, controllers, testing
 
 from . import workloads
 
-#: The gate is cluster-wide: every controller reads it from the same Configuration.
-CONTROLLERS = (keys.GUARDIAN_CONTROLLER, keys.DS_CONTROLLER, keys.LWS_CONTROLLER)
+#: The gate is cluster-wide: every controller reads it from the same Configuration. mnnvl-ds comes last: when it
+#: starts leading it asks upstream to retry the sets whose child LeaderWorkerSets were refused before, which only
+#: helps once the other webhooks those creations pass (mnnvl-lws's) are back too.
+CONTROLLERS = (keys.GUARDIAN_CONTROLLER, keys.LWS_CONTROLLER, keys.DS_CONTROLLER)
 
 
 @pytest.fixture
