@@ -180,10 +180,6 @@ def slice_report(client: kube.Kube, namespace: str, ds: str) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def census(client: kube.Kube) -> dict[str, Any]:
     """mnnvl-topology's census, as tools read it: the JSON in its ConfigMap (empty until it is written)."""
     found = client.get("v1", "configmaps", CENSUS_CONFIGMAP, namespace=controllers.NAMESPACE)
@@ -201,3 +197,7 @@ def census_report(found: dict[str, Any]) -> str:
     unlabelled = found.get("gpuNodesWithoutClique", [])
     lines.append(f"  GPU nodes without a clique label: {len(unlabelled)}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
