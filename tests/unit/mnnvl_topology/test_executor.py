@@ -160,3 +160,91 @@ def test_a_vanished_clique_leaves_the_gauges_and_the_others_keep_their_values() 
 
     assert (nodes("x"), nodes("y")) == (1.0, None)
     assert running.published_cliques == {"x"}
+
+
+def grove_pod(name: str, node: str | None) -> Object:
+    status = (
+        {"phase": "Running"}
+        if node
+        else {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+    )
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": {keys.GROVE_PODGANG_LABEL: "pcs-0"}},
+        "spec": {
+            "schedulerName": keys.KAI_SCHEDULER_NAME,
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}],
+        },
+        "status": status,
+    }
+
+
+def owned_by(kind: str, name: str, uid: str, api_version: str = keys.GROVE_API_VERSION) -> Object:
+    return {
+        "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}]
+    }
+
+
+@pytest.mark.parametrize("made_by_dynamo", [True, False], ids=["dgd", "pcs"])
+def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_it(made_by_dynamo: bool) -> None:
+    api = FakeApi(refuse=set())
+    api.objects[(keys.GROVE_PODGANG_PLURAL, "pcs-0")] = {
+        "apiVersion": keys.GROVE_SCHEDULER_API_VERSION,
+        "kind": "PodGang",
+        "metadata": {
+            "name": "pcs-0",
+            "namespace": "ns",
+            "uid": "gang-uid",
+            **owned_by("PodCliqueSet", "pcs", "pcs-uid"),
+        },
+        "spec": {
+            "podgroups": [
+                {
+                    "name": "worker",
+                    "minReplicas": 5,
+                    "podReferences": [{"namespace": "ns", "name": f"w-{i}"} for i in range(5)],
+                }
+            ],
+            "topologyConstraint": {"packConstraint": {"required": keys.GPU_CLIQUE_LABEL}},
+        },
+    }
+    dgd = owned_by("DynamoGraphDeployment", "my-llm", "dgd-uid", "nvidia.com/v1alpha1") if made_by_dynamo else {}
+    api.objects[(keys.GROVE_PODCLIQUESET_PLURAL, "pcs")] = {
+        "apiVersion": keys.GROVE_API_VERSION,
+        "kind": keys.GROVE_PODCLIQUESET_KIND,
+        "metadata": {"name": "pcs", "namespace": "ns", "uid": "pcs-uid", **dgd},
+    }
+    running = executor_over(api, "a")
+    for clique in "ab":
+        for index in range(1, 5):
+            node = {
+                "metadata": {"name": f"{clique}{index}", "labels": {keys.GPU_CLIQUE_LABEL: clique}},
+                "status": {"capacity": {keys.GPU_RESOURCE: "4"}},
+            }
+            running.stores.apply_node(f"{clique}{index}", node)
+    running.stores.apply_pod("0", grove_pod("w-0", "a1"))
+    for index in range(1, 5):
+        running.stores.apply_pod(str(index), grove_pod(f"w-{index}", None))
+
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.check_fit("ns", "w-2")))  # same group, same message: no second Warning
+
+    [warning] = api.events
+    involved = warning["involvedObject"]
+    expected = ("DynamoGraphDeployment", "my-llm", "dgd-uid") if made_by_dynamo else ("PodCliqueSet", "pcs", "pcs-uid")
+    assert (involved["kind"], involved["name"], involved["uid"]) == expected
+    assert (warning["type"], warning["reason"]) == ("Warning", reasons.CLIQUE_TOO_SMALL_REASON)
+    assert warning["message"].startswith(
+        "needs 5 nodes in one clique; clique a, where 1 of its pods run, has 3 more free"
+    )
+
+
+def test_a_grove_pod_without_its_gang_is_not_judged() -> None:
+    api = FakeApi(refuse=set())
+    running = executor_over(api, "a")
+    running.stores.apply_pod("1", grove_pod("w-1", None))
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    assert api.events == []

@@ -189,8 +189,8 @@ def pod(
     gpu: bool = False,
 ) -> planner.PodFacts:
     return planner.PodFacts(
-        namespace="ns", name=name, node=node_name, templates=templates, channel_claim=channel, gpu=gpu,
-        unschedulable=False, scope=None, kai=False, slice=None, lws=None, owner=None,
+        namespace="ns", name=name, node=node_name, live=True, templates=templates, channel_claim=channel, gpu=gpu,
+        unschedulable=False, scope=None, kai=False, slice=None, lws=None, group_index=None, gang=None, owner=None,
     )  # fmt: skip
 
 
@@ -305,6 +305,121 @@ def test_a_group_that_no_clique_can_hold_gets_the_largest_free_clique_named(
     needed: int, census: planner.Census, message: str | None
 ) -> None:
     assert planner.cannot_fit(needed, census) == message
+
+
+@pytest.mark.parametrize(
+    ("needed", "placed", "census", "message"),
+    [
+        pytest.param(4, {"c0": 2}, census_of(2, 0), None, id="its-own-nodes-and-the-free-ones-suffice"),
+        pytest.param(4, {"c0": 4}, census_of(0, 0), None, id="all-placed"),
+        pytest.param(
+            4, {"c0": 1}, census_of(2, 3),
+            "needs 4 nodes in one clique; clique c0, where 1 of its pods run, has 2 more free", id="stranded",
+        ),
+        pytest.param(
+            4, {"c0": 1}, census_of(2, 4),
+            "needs 4 nodes in one clique; clique c0, where 1 of its pods run, has 2 more free; "
+            "clique c1 has 4 free nodes for the whole group",
+            id="stranded-while-another-clique-could-hold-it",
+        ),
+        pytest.param(
+            5, {"c1": 1, "c0": 3}, census_of(1, 4),
+            "needs 5 nodes in one clique; clique c0, where 3 of its pods run, has 1 more free", id="split-most-wins",
+        ),
+    ],
+)  # fmt: skip
+def test_a_partly_placed_group_must_fit_where_its_pods_run(
+    needed: int, placed: dict[str, int], census: planner.Census, message: str | None
+) -> None:
+    """KAI keeps a required placement's later pods in the domain of its running ones: the free nodes of other
+    cliques do not help the pods still pending."""
+    assert planner.cannot_fit(needed, census, placed) == message
+
+
+def gang(*groups: dict[str, Any], constraint: str | None = None, configs: Any = ()) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podgroups": list(groups), "topologyConstraintGroupConfigs": list(configs)}
+    if constraint is not None:
+        spec["topologyConstraint"] = {"packConstraint": {"required": constraint}}
+    return {"kind": "PodGang", "metadata": {"name": "g", "uid": "g-uid"}, "spec": spec}
+
+
+def podgroup(name: str, pods: list[str], min_replicas: int, constraint: str | None = None) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "name": name,
+        "podReferences": [{"namespace": "ns", "name": pod} for pod in pods],
+        "minReplicas": min_replicas,
+    }
+    if constraint is not None:
+        found["topologyConstraint"] = {"packConstraint": {"required": constraint}}
+    return found
+
+
+PREFILL = podgroup("prefill", ["p-0", "p-1", "p-2"], 2)
+DECODE = podgroup("decode", ["d-0", "d-1"], 2)
+
+
+@pytest.mark.parametrize(
+    ("found", "needed", "members"),
+    [
+        pytest.param(gang(PREFILL, DECODE, constraint=CLIQUE), 4, {"p-0", "p-1", "p-2", "d-0", "d-1"}, id="gang"),
+        pytest.param(gang(PREFILL, DECODE, constraint="nvlink"), 4, {"p-0", "p-1", "p-2", "d-0", "d-1"}, id="alias"),
+        pytest.param(gang(PREFILL, DECODE, constraint=HOST), None, None, id="host-level"),
+        pytest.param(gang(PREFILL, DECODE), None, None, id="unconstrained"),
+        pytest.param(
+            gang(podgroup("prefill", ["p-0", "p-1", "p-2"], 3, constraint=CLIQUE), DECODE), 3,
+            {"p-0", "p-1", "p-2"}, id="its-podclique",
+        ),
+        pytest.param(
+            gang(PREFILL, DECODE, configs=[{"name": "sg", "podGroupNames": ["prefill", "decode"],
+                                            "topologyConstraint": {"packConstraint": {"required": CLIQUE}}}]),
+            4, {"p-0", "p-1", "p-2", "d-0", "d-1"}, id="its-scaling-group",
+        ),
+        pytest.param(
+            gang(PREFILL, podgroup("decode", ["d-0", "d-1"], 2, constraint=CLIQUE)), None, None,
+            id="another-podclique",
+        ),
+        pytest.param(
+            gang(podgroup("prefill", ["p-0", "p-1", "p-2"], 3, constraint=CLIQUE), DECODE, constraint=CLIQUE), 5,
+            {"p-0", "p-1", "p-2", "d-0", "d-1"}, id="the-widest-constraint",
+        ),
+    ],
+)  # fmt: skip
+def test_a_grove_pods_group_is_the_widest_part_of_its_gang_asked_into_one_clique(
+    found: dict[str, Any], needed: int | None, members: set[str] | None
+) -> None:
+    levels = planner.clique_levels([entry(levels=[{"nodeLabel": CLIQUE, "alias": "nvlink"}, {"nodeLabel": HOST}])])
+    group = planner.gang_group(found, "p-1", clique_levels=levels)
+    assert (None if group is None else (group.needed, set(group.members or ()), group.workload["kind"])) == (
+        None if needed is None else (needed, members, "PodGang")
+    )
+
+
+def facts_of(labels: dict[str, str], owner: str | None = None) -> planner.PodFacts:
+    refs = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": owner, "controller": True}] if owner else []
+    return planner.pod_facts(
+        {"metadata": {"name": "p", "namespace": "ns", "labels": labels, "ownerReferences": refs}, "spec": {}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("facts", "key"),
+    [
+        pytest.param(
+            facts_of({keys.SCOPE_LABEL: keys.SCOPE_SLICE, keys.DS_NAME_LABEL: "ds", keys.DS_SLICE_LABEL: "1",
+                      keys.DS_REVISION_LABEL: "r", keys.LWS_NAME_LABEL: "ds-prefill"}),
+            ("slice", "ds", "1", "r"), id="slice",
+        ),
+        pytest.param(
+            facts_of({keys.LWS_NAME_LABEL: "w", keys.LWS_GROUP_INDEX_LABEL: "2"}, owner="w-2"), ("lws", "w", "2"),
+            id="lws-replica",
+        ),
+        pytest.param(facts_of({keys.GROVE_PODGANG_LABEL: "pcs-0"}), ("podgang", "pcs-0"), id="grove-gang"),
+        pytest.param(facts_of({}, owner="db"), ("owner", "apps/v1", "StatefulSet", "db"), id="owner"),
+        pytest.param(facts_of({}), ("owner", "", "", "p"), id="alone"),
+    ],
+)  # fmt: skip
+def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: planner.PodFacts, key: tuple[str, ...]) -> None:
+    assert planner.group_key(facts) == key
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,30 @@ def test_the_census_is_computed_once_until_a_fact_it_reads_changes() -> None:
     assert stores.census() is first
     assert stores.apply_pod("t", pod("t", status={"phase": "Running"}, nodeName="a1", containers=GPU)) == [state.CENSUS]
     assert stores.census() is not first
+
+
+def running(name: str, node: str, **labels: str) -> dict[str, Any]:
+    return pod(name, labels=labels, status={"phase": "Running"}, nodeName=node, schedulerName=keys.KAI_SCHEDULER_NAME)
+
+
+def test_the_running_pods_of_a_group_are_counted_per_clique_of_their_nodes() -> None:
+    stores = state.Stores()
+    for name, clique in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("x1", None)):
+        labels = {} if clique is None else {keys.GPU_CLIQUE_LABEL: clique}
+        stores.apply_node(f"uid-{name}", {"metadata": {"name": name, "labels": labels}})
+    gang = {keys.GROVE_PODGANG_LABEL: "g"}
+    stores.apply_pod("1", running("w-0", "a1", **gang))
+    stores.apply_pod("2", running("w-1", "a2", **gang))
+    stores.apply_pod("3", running("w-2", "b1", **gang))
+    stores.apply_pod("4", running("w-3", "x1", **gang))  # unlabelled: outside KAI's topology
+    stores.apply_pod("5", running("other", "b1", **{keys.GROVE_PODGANG_LABEL: "h"}))
+    stores.apply_pod("6", pod("w-4", labels=gang, schedulerName=keys.KAI_SCHEDULER_NAME))
+    pending = stores.unschedulable_pod("ns", "w-4")
+    assert pending is not None
+    assert stores.placed_cliques(pending, None) == {"a": 2, "b": 1}
+    assert stores.placed_cliques(pending, frozenset({"w-0", "w-2"})) == {"a": 1, "b": 1}
+    # A pod that finishes, is deleted, or whose node goes away no longer holds the group there.
+    stores.apply_pod("1", running("w-0", "a1", **gang) | {"status": {"phase": "Succeeded"}})
+    stores.apply_pod("3", None)
+    stores.apply_node("uid-a2", None)
+    assert stores.placed_cliques(pending, None) == {}

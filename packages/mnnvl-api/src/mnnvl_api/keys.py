@@ -82,6 +82,14 @@ GROVE_VERSION: Final = "v1alpha1"
 GROVE_API_VERSION: Final = "grove.io/v1alpha1"
 GROVE_BINDING_PLURAL: Final = "clustertopologybindings"
 GROVE_BINDING_KIND: Final = "ClusterTopologyBinding"
+GROVE_PODCLIQUESET_PLURAL: Final = "podcliquesets"
+GROVE_PODCLIQUESET_KIND: Final = "PodCliqueSet"
+#: Grove's gang: the pods scheduled together, with the topology constraint Grove hands KAI (node label keys).
+GROVE_SCHEDULER_GROUP: Final = "scheduler.grove.io"
+GROVE_SCHEDULER_API_VERSION: Final = "scheduler.grove.io/v1alpha1"
+GROVE_PODGANG_PLURAL: Final = "podgangs"
+#: On every pod of a Grove workload: the name of its PodGang.
+GROVE_PODGANG_LABEL: Final = "grove.io/podgang"
 
 # --- mnnvl's own keys ----------------------------------------------------------------------------------
 

@@ -294,12 +294,13 @@ class Executor:
         facts = self.stores.unschedulable_pod(namespace, pod)
         if facts is None:
             return
-        found = await self.group_of(facts)
-        if found is None:
+        group = await self.group_of(facts)
+        if group is None:
             return
-        workload, needed = found
+        workload = group.workload
         uid = str(workload["metadata"]["uid"])
-        message = planner.cannot_fit(needed, self.stores.census())
+        placed = self.stores.placed_cliques(facts, group.members)
+        message = planner.cannot_fit(group.needed, self.stores.census(), placed)
         if message is None:
             self.fit_warnings.pop(uid, None)
             return
@@ -312,20 +313,22 @@ class Executor:
             extra={"kind": workload["kind"], "namespace": namespace, "workload": workload["metadata"]["name"]},
         )
         await self.event(
-            workload,
+            dict(workload),
             reasons.CLIQUE_TOO_SMALL_REASON,
             f"{message}; pod {pod} is unschedulable: free nodes in one clique, or make the group smaller",
             warning=True,
         )
 
-    async def group_of(self, facts: planner.PodFacts) -> tuple[kube.Object, int] | None:
-        """The workload an unschedulable pod belongs to and the nodes its group needs in one clique, if it asked
-        for one clique (a slice, an opted-in LWS, or a KAI required placement at the clique level)."""
+    async def group_of(self, facts: planner.PodFacts) -> planner.Group | None:
+        """The group an unschedulable pod belongs to, if it asked for one clique (a slice, an opted-in LWS, a Grove
+        gang constrained at the clique level, or a KAI required placement at the clique level)."""
         if facts.slice is not None:
             ds = await self.client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, facts.slice[0], namespace=facts.namespace)
             size = self.stores.slice_size(facts.namespace, *facts.slice)
-            return None if ds is None or size == 0 else (ds, size)
+            return None if ds is None or size == 0 else planner.Group(workload=ds, needed=size)
         levels = planner.clique_levels(self.topologies)
+        if facts.gang is not None:
+            return await self.gang_of(facts, levels)
         if facts.lws is not None:
             top = await self.client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, facts.lws, namespace=facts.namespace)
         else:
@@ -333,7 +336,29 @@ class Executor:
         if top is None:
             return None
         needed = planner.opted_in_group_size(top, clique_levels=levels)
-        return None if needed is None else (top, needed)
+        return None if needed is None else planner.Group(workload=top, needed=needed)
+
+    async def gang_of(self, facts: planner.PodFacts, levels: frozenset[str]) -> planner.Group | None:
+        """A Grove pod's group, from the PodGang Grove hands KAI; its Warning goes on the PodCliqueSet that made
+        the gang or, when Dynamo made that set, on its DynamoGraphDeployment."""
+        assert facts.gang is not None
+        gang = await self.client.aget(
+            keys.GROVE_SCHEDULER_API_VERSION, keys.GROVE_PODGANG_PLURAL, facts.gang, namespace=facts.namespace
+        )
+        group = None if gang is None else planner.gang_group(gang, facts.name, clique_levels=levels)
+        if gang is None or group is None:
+            return None
+        workload: kube.Object = gang
+        owner = _controller(gang)
+        if owner is not None and (owner[0], owner[1]) == (keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_KIND):
+            found = await self.client.aget(
+                keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL, owner[2], namespace=facts.namespace
+            )
+            workload = found or workload
+            made_by = None if found is None else _controller_reference(found)
+            if made_by is not None:
+                workload = planner.reference(made_by, facts.namespace)
+        return dataclasses.replace(group, workload=workload)
 
     async def top_owner(self, facts: planner.PodFacts) -> kube.Object | None:
         """The end of the pod's chain of controlling owners among the kinds KAI groups (None: no such owner)."""
@@ -351,8 +376,10 @@ class Executor:
         return top
 
 
-def _controller(body: dict[str, Any]) -> tuple[str, str, str] | None:
-    for ref in body["metadata"].get("ownerReferences") or ():
-        if ref.get("controller"):
-            return str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"])
-    return None
+def _controller_reference(body: kube.Object) -> dict[str, Any] | None:
+    return next((dict(ref) for ref in body["metadata"].get("ownerReferences") or () if ref.get("controller")), None)
+
+
+def _controller(body: kube.Object) -> tuple[str, str, str] | None:
+    ref = _controller_reference(body)
+    return None if ref is None else (str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"]))

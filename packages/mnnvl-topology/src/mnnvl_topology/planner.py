@@ -193,6 +193,9 @@ class Census:
         """The clique with the most free nodes (the first by value among equals), None without cliques."""
         return max(self.cliques, key=lambda count: count.free_nodes, default=None)
 
+    def free_in(self, clique: str) -> int:
+        return next((count.free_nodes for count in self.cliques if count.clique == clique), 0)
+
     def to_json(self) -> str:
         """The ConfigMap's `census.json`: stable (sorted, no timestamps), so an unchanged census writes nothing."""
         document = {
@@ -245,6 +248,8 @@ class PodFacts:
     namespace: str
     name: str
     node: str | None
+    #: Neither Succeeded nor Failed: on its node, it occupies it.
+    live: bool
     #: Claim templates the pod holds while non-terminal, and whether it holds mnnvl's channel claim.
     templates: frozenset[str]
     channel_claim: bool
@@ -257,7 +262,11 @@ class PodFacts:
     kai: bool
     #: (DisaggregatedSet, slice, revision) of a slice-scope pod.
     slice: tuple[str, str, str] | None
+    #: The LeaderWorkerSet and the replica (group index) of an LWS pod.
     lws: str | None
+    group_index: str | None
+    #: The Grove PodGang of a Grove workload's pod.
+    gang: str | None
     owner: tuple[str, str, str] | None  # (apiVersion, kind, name) of the controlling owner
 
 
@@ -299,6 +308,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         namespace=str(meta.get("namespace", "")),
         name=str(meta["name"]),
         node=spec.get("nodeName") or None,
+        live=live,
         templates=references.live_claim_templates(pod),
         channel_claim=live and any(claim.get("name") == keys.CHANNEL_CLAIM_NAME for claim in claims),
         gpu=live and bool(asked),
@@ -307,6 +317,8 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         kai=spec.get("schedulerName") == keys.KAI_SCHEDULER_NAME,
         slice=slice_of,
         lws=labels.get(keys.LWS_NAME_LABEL) or None,
+        group_index=labels.get(keys.LWS_GROUP_INDEX_LABEL) or None,
+        gang=labels.get(keys.GROVE_PODGANG_LABEL) or None,
         owner=owner,
     )
 
@@ -325,16 +337,39 @@ def gpu_nodes(pods: Iterable[PodFacts]) -> set[str]:
     return {pod.node for pod in pods if pod.node is not None and pod.gpu}
 
 
-def may_need_one_clique(pod: PodFacts) -> bool:
-    """Whether an unschedulable pod's group may have asked for one clique: a slice or replica scope pod (a
+def in_placed_group(pod: PodFacts) -> bool:
+    """Whether the pod belongs to a group that may have asked for one clique: a slice or replica scope pod (a
     DisaggregatedSet slice, an opted-in LWS) or one KAI places (a required placement is on its workload)."""
-    return pod.unschedulable and (pod.scope in (keys.SCOPE_SLICE, keys.SCOPE_REPLICA) or pod.kai)
+    return pod.scope in (keys.SCOPE_SLICE, keys.SCOPE_REPLICA) or pod.kai
+
+
+def may_need_one_clique(pod: PodFacts) -> bool:
+    """Whether the pod is unschedulable and its group may have asked for one clique."""
+    return pod.unschedulable and in_placed_group(pod)
+
+
+def group_key(pod: PodFacts) -> tuple[str, ...]:
+    """The pods placed together with this one, as far as its own labels tell: its slice, its LWS replica, its
+    Grove gang, else the pods of its controlling owner (a StatefulSet's, a Job's)."""
+    if pod.slice is not None:
+        return ("slice", *pod.slice)
+    if pod.lws is not None:
+        return ("lws", pod.lws, pod.group_index or "")
+    if pod.gang is not None:
+        return ("podgang", pod.gang)
+    return ("owner", *(pod.owner or ("", "", pod.name)))
+
+
+def placed_member(pod: PodFacts) -> bool:
+    """Whether the pod runs on a node as a member of a group that may need one clique: the group's other pods must
+    join it in that node's clique."""
+    return pod.live and pod.node is not None and in_placed_group(pod)
 
 
 def worth_keeping(pod: PodFacts) -> bool:
     """Whether the census or the fit check needs the pod: it holds a claim (a channel, a slice's size) or a GPU,
-    or its group may need one clique. Every other pod is forgotten at once."""
-    return pod.channel_claim or bool(pod.templates) or pod.gpu or may_need_one_clique(pod)
+    its group may need one clique, or it is placed in such a group. Every other pod is forgotten at once."""
+    return pod.channel_claim or bool(pod.templates) or pod.gpu or may_need_one_clique(pod) or placed_member(pod)
 
 
 def census_view(pod: PodFacts | None) -> tuple[object, ...] | None:
@@ -358,6 +393,27 @@ def clique_levels(topologies: Sequence[configuration.TopologySettings]) -> froze
     return frozenset({keys.GPU_CLIQUE_LABEL, *aliases})
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Group:
+    """Pods that asked to share one clique, as the fit check sees them."""
+
+    #: What the Warning is about: the workload, or a reference to it (apiVersion, kind, metadata name/uid).
+    workload: Mapping[str, Any]
+    #: How many of its pods must be placed in one clique.
+    needed: int
+    #: The names of its pods, when its pods' group key holds more than the group (a Grove gang's PodClique).
+    members: frozenset[str] | None = None
+
+
+def reference(owner: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """An object reference built from an ownerReference, enough for an Event about it."""
+    return {
+        "apiVersion": owner.get("apiVersion"),
+        "kind": owner.get("kind"),
+        "metadata": {"name": owner.get("name"), "namespace": namespace, "uid": owner.get("uid")},
+    }
+
+
 def opted_in_group_size(workload: Mapping[str, Any], *, clique_levels: frozenset[str]) -> int | None:
     """How many nodes of one clique a workload's group needs, when it asked for one clique: an LWS that opted in
     to a ComputeDomain per replica (its `size`), or a workload whose top owner asks KAI for a required placement
@@ -374,12 +430,64 @@ def opted_in_group_size(workload: Mapping[str, Any], *, clique_levels: frozenset
     return int(spec.get("replicas") or spec.get("parallelism") or 1)
 
 
-def cannot_fit(needed: int, found: Census) -> str | None:
-    """The Warning's message when no clique has `needed` free nodes (None: one has)."""
+def gang_group(gang: Mapping[str, Any], pod: str, *, clique_levels: frozenset[str]) -> Group | None:
+    """The part of a Grove PodGang that must share one clique with `pod`: the widest constraint Grove gives KAI at
+    the clique level that covers the pod's PodGroup (the gang's own, a scaling group's in
+    `topologyConstraintGroupConfigs`, or its PodClique's), needing the sum of those PodGroups' `minReplicas` (what
+    KAI gang-schedules). Grove writes node label keys there, never its domain names. None: nothing asks for one
+    clique. The workload is the gang itself; the executor replaces it with the set that made it."""
+    spec = gang.get("spec") or {}
+    groups = {str(group.get("name")): group for group in spec.get("podgroups") or ()}
+    own = next(
+        (
+            name
+            for name, group in groups.items()
+            if any(ref.get("name") == pod for ref in group.get("podReferences") or ())
+        ),
+        None,
+    )
+
+    def one_clique(holder: Mapping[str, Any]) -> bool:
+        constraint = (holder.get("topologyConstraint") or {}).get("packConstraint") or {}
+        return constraint.get("required") in clique_levels
+
+    scopes = [list(groups)] if one_clique(spec) else []
+    scopes += [
+        [str(name) for name in config.get("podGroupNames") or () if name in groups]
+        for config in spec.get("topologyConstraintGroupConfigs") or ()
+        if own in (config.get("podGroupNames") or ()) and one_clique(config)
+    ]
+    if own is not None and one_clique(groups[own]):
+        scopes.append([own])
+    if not scopes:
+        return None
+
+    def needed(names: list[str]) -> int:
+        return sum(int(groups[name].get("minReplicas") or 0) for name in names)
+
+    widest = max(scopes, key=needed)
+    members = frozenset(str(ref.get("name")) for name in widest for ref in groups[name].get("podReferences") or ())
+    return Group(workload=gang, needed=needed(widest), members=members)
+
+
+def cannot_fit(needed: int, found: Census, placed: Mapping[str, int] | None = None) -> str | None:
+    """The Warning's message when the group cannot have `needed` nodes in one clique (None: it can). `placed`
+    counts the group's pods already running, per clique: the rest must join them (KAI keeps a required placement's
+    later pods in the domain of its running ones), so the clique holding most of them is the only one left."""
+    needs = f"needs {needed} nodes in one clique"
+    if placed:
+        home, running = max(sorted(placed.items()), key=lambda item: item[1])
+        free = found.free_in(home)
+        if running + free >= needed:
+            return None
+        message = f"{needs}; clique {home}, where {running} of its pods run, has {free} more free"
+        largest = found.largest_free()
+        if largest is not None and largest.clique != home and largest.free_nodes >= needed:
+            message += f"; clique {largest.clique} has {largest.free_nodes} free nodes for the whole group"
+        return message
     largest = found.largest_free()
     if largest is not None and largest.free_nodes >= needed:
         return None
-    needs = f"needs {needed} nodes in one clique; largest free clique has"
     if largest is None:
-        return f"{needs} 0: no node is labelled {keys.GPU_CLIQUE_LABEL}"
-    return f"{needs} {largest.free_nodes}: clique {largest.clique}"
+        return f"{needs}; largest free clique has 0: no node is labelled {keys.GPU_CLIQUE_LABEL}"
+    return f"{needs}; largest free clique has {largest.free_nodes}: clique {largest.clique}"

@@ -32,6 +32,10 @@ class Stores:
     pods: dict[str, planner.PodFacts] = dataclasses.field(default_factory=dict)
     #: (namespace, pod) → facts of unschedulable pods whose group may need one clique
     unschedulable: indexes.Index[tuple[str, str], planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, *planner.group_key) → (pod, node) of the group's pods running on a node
+    placed: indexes.Index[tuple[str, ...], tuple[str, str]] = dataclasses.field(default_factory=indexes.Index)
+    #: node name → its clique label value (None: unlabelled)
+    node_cliques: dict[str, str | None] = dataclasses.field(default_factory=dict)
     #: slice → uids of its pods that hold mnnvl's channel claim (one node each)
     slices: indexes.Index[SliceKey, bool] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, claim template) of every ComputeDomain's channel
@@ -59,10 +63,12 @@ class Stores:
         return [*found, self.domain_mirror] if compute_domains else found
 
     def apply_node(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
-        if body is None:
-            self.nodes.pop(uid, None)
-        else:
-            self.nodes[uid] = planner.node_facts(body)
+        gone = self.nodes.pop(uid, None)
+        if gone is not None:
+            self.node_cliques.pop(gone.name, None)
+        if body is not None:
+            facts = self.nodes[uid] = planner.node_facts(body)
+            self.node_cliques[facts.name] = facts.clique
         self.computed = None
         return [CENSUS]
 
@@ -76,11 +82,14 @@ class Stores:
             found.append(CENSUS)
         if kept is None:
             self.unschedulable.drop(uid)
+            self.placed.drop(uid)
             self.slices.drop(uid)
             return found
         self.pods[uid] = kept
         fit = planner.may_need_one_clique(kept)
         self.unschedulable.put(uid, {(kept.namespace, kept.name): kept} if fit else {})
+        group = (kept.namespace, *planner.group_key(kept))
+        self.placed.put(uid, {group: (kept.name, kept.node or "")} if planner.placed_member(kept) else {})
         self.slices.put(uid, {(kept.namespace, *kept.slice): True} if kept.slice and kept.channel_claim else {})
         return [*found, (FIT, kept.namespace, kept.name)] if fit else found
 
@@ -113,6 +122,16 @@ class Stores:
 
     def slice_size(self, namespace: str, ds: str, slice_: str, revision: str) -> int:
         return len(self.slices.get((namespace, ds, slice_, revision)))
+
+    def placed_cliques(self, pod: planner.PodFacts, members: frozenset[str] | None) -> dict[str, int]:
+        """Per clique, how many pods of the pod's group run there (of `members` only, when given); pods on nodes
+        without the clique label are left out, as KAI leaves those nodes out of the topology."""
+        counts: dict[str, int] = {}
+        for name, node in self.placed.get((pod.namespace, *planner.group_key(pod))).values():
+            clique = self.node_cliques.get(node)
+            if clique is not None and (members is None or name in members):
+                counts[clique] = counts.get(clique, 0) + 1
+        return counts
 
     def our_topologies(self) -> list[str]:
         return sorted(self.ours.groups())
