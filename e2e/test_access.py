@@ -89,6 +89,8 @@ def needs(block: str) -> list[Can]:
         Can("get", "leaderworkersets", "leaderworkerset.x-k8s.io"),
         Can("get", "statefulsets", "apps"),
         Can("get", "jobs", "batch"),
+        Can("get", "podgangs", "scheduler.grove.io"),
+        Can("get", "podcliquesets", "grove.io"),
         Can("create", "configmaps", namespace=None),
         Can("patch", "configmaps", namespace=None, name="mnnvl-clique-census"),
     ]
