@@ -146,21 +146,7 @@ def allowed(api: kube.Kube, namespace: str, account: str, can: Can) -> bool:
         attributes["namespace"] = target_namespace
     if can.name:
         attributes["name"] = can.name
-    review = api.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        body={
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": f"system:serviceaccount:{namespace}:{account}",
-                # What a ServiceAccount token authenticates as, besides its user.
-                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-                "resourceAttributes": attributes,
-            },
-        },
-    )
-    return bool(review["status"].get("allowed"))
+    return testing.service_account_allowed(api, namespace, account, attributes)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from mnnvl_api import keys, names
@@ -24,7 +26,7 @@ def test_the_reserved_template_annotations_are_rejected_in_user_templates(api: k
     """The leaderworkerset.sigs.k8s.io/compute-domain-prefix and leaderworkerset.sigs.k8s.io/compute-domain-name template annotations are managed by LWS. The admission webhook rejects them in user templates."""
     for key in (keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION, keys.COMPUTE_DOMAIN_NAME_ANNOTATION):
         manifest = workloads.lws_manifest("forged", worker_annotations={key: "mine"})
-        message = workloads.rejection(lambda manifest=manifest: workloads.create_lws(api, ns, manifest))
+        message = workloads.rejection(functools.partial(workloads.create_lws, api, ns, manifest))
         assert (
             f'spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[{key}]: Invalid value: "mine": '
             "this annotation is managed by the AutoComputeDomain feature; remove it from the template"

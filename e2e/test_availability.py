@@ -7,6 +7,7 @@ registered, as in an outage.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,7 +75,7 @@ def test_while_mnnvl_lws_is_down_leaderworkersets_that_concern_it_are_refused_un
     controllers.stop(testbed, keys.LWS_CONTROLLER)
     try:
         for what, request in refused:
-            assert_names_the_unreachable_webhook(what, workloads.webhook_failure(lambda request=request: request(once)))
+            assert_names_the_unreachable_webhook(what, workloads.webhook_failure(functools.partial(request, once)))
         assert api.get(workloads.LWS_API, "leaderworkersets", "new", namespace=ns) is None
     finally:
         controllers.start_lws(testbed, gate=True)

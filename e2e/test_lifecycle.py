@@ -39,17 +39,18 @@ def test_a_restarted_or_replaced_group_gets_a_new_compute_domain(api: kube.Kube,
 def test_rolling_updates_give_every_group_a_new_domain_and_delete_old_ones_once_unused(api: kube.Kube, ns: str) -> None:
     """The LeaderWorkerSet deletes an obsolete replica ComputeDomain once its leader Pod is gone and no Pod references it (rolling update)."""
     replaced: set[str] = set()
+    new_image = "nvcr.io/nvidia/vllm:v2"
     for name, surge in (("nosurge", 0), ("surge", 1)):
         workloads.create_lws(api, ns, workloads.lws_manifest(name, replicas=2, size=2, max_surge=surge))
         before = workloads.group_domains(workloads.wait_groups_running(api, ns, name, replicas=2, size=2))
-        image = {"name": "vllm", "image": "nvcr.io/nvidia/vllm:v2", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+        image = {"name": "vllm", "image": new_image, "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
         workloads.patch_lws(
             api, ns, name, {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [image]}}}}}
         )
 
-        def rolled(name: str = name, wanted: str = image["image"]) -> dict[str, str | None] | None:
+        def rolled(name: str = name) -> dict[str, str | None] | None:
             pods = workloads.wait_groups_running(api, ns, name, replicas=2, size=2)
-            if any(c["image"] != wanted for p in pods for c in p["spec"]["containers"]):
+            if any(c["image"] != new_image for p in pods for c in p["spec"]["containers"]):
                 return None
             return workloads.group_domains(pods)
 
@@ -57,15 +58,17 @@ def test_rolling_updates_give_every_group_a_new_domain_and_delete_old_ones_once_
         assert set(after.values()).isdisjoint(before.values())
         replaced |= {str(d) for d in before.values()}
         names = {str(d) for d in after.values()}
+
+        def only_new_domains_left(name: str = name, names: set[str] = names) -> bool:
+            left = {
+                d
+                for d, obj in workloads.domains(api, ns).items()
+                if obj["metadata"]["labels"][keys.WORKLOAD_NAME_LABEL] == name
+            }
+            return left == names
+
         testing.wait_for(
-            lambda names=names, name=name: (
-                {
-                    d
-                    for d, obj in workloads.domains(api, ns).items()
-                    if obj["metadata"]["labels"][keys.WORKLOAD_NAME_LABEL] == name
-                }
-                == names
-            ),
+            only_new_domains_left,
             what=f"{name}: only the new domains left",
             state=testing.state_of(lambda: workloads.summary(api, ns)),
             timeout=workloads.TIMEOUT,

@@ -205,23 +205,6 @@ def test_topology_alone_publishes_the_clique_census(restored: cluster.Testbed, k
 # --- a missing permission or CRD ------------------------------------------------------------------------------
 
 
-def allowed(api: kube.Kube, account: str, group: str, resource: str, verb: str) -> bool:
-    """Whether the API server now lets `account` (a ServiceAccount of the release) do `verb` on `resource`."""
-    review = api.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        body={
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": f"system:serviceaccount:{release.NAMESPACE}:{account}",
-                "resourceAttributes": {"group": group, "resource": resource, "verb": verb},
-            },
-        },
-    )
-    return bool(review["status"].get("allowed"))
-
-
 @dataclasses.dataclass(frozen=True)
 class MissingRule:
     """A controller whose ClusterRole loses its rules for `group`, and what it says at start-up then."""
@@ -281,8 +264,9 @@ def test_a_rule_missing_from_the_chart_role_stops_the_controller_at_start_up(
     rules = api.request("GET", role)["rules"]
     api.patch(role, {"rules": [r for r in rules if case.group not in r["apiGroups"]]})
     # The authorizer follows RBAC changes from a watch: wait until it denies, so the controller meets the denial.
+    get_resource = {"verb": "get", "group": case.group, "resource": case.resource}
     testing.wait_for(
-        lambda: not allowed(api, account, case.group, case.resource, "get"),
+        lambda: not testing.service_account_allowed(api, release.NAMESPACE, account, get_resource),
         what=f"get {case.resource} denied",
         timeout=TIMEOUT,
     )

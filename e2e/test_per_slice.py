@@ -8,6 +8,7 @@ roll out with `maxSurge: 0`, so a slice's revisions take turns on those nodes.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mnnvl_api import events, keys
@@ -153,7 +154,7 @@ def test_enrolled_roles_asking_for_per_replica_domains_bad_values_and_reserved_n
         if where == "a role":
             bad["spec"]["roles"][0]["metadata"] = {"annotations": {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: value}}
             path = "spec.roles[0].metadata.annotations"
-        assert workloads.rejection(lambda bad=bad: workloads.create_ds(api, ns, bad)) == webhook + (
+        assert workloads.rejection(functools.partial(workloads.create_ds, api, ns, bad)) == webhook + (
             f'{path}[disaggregatedset.x-k8s.io/auto-compute-domain]: Unsupported value: "{value}": supported values: '
             '"enabled", "disabled"; or remove the annotation'
         )
@@ -182,7 +183,7 @@ def test_enrolled_roles_asking_for_per_replica_domains_bad_values_and_reserved_n
         worker = manifest["spec"]["roles"][1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]
         for part, values in addition.items():
             worker.setdefault(part, {}).update(values)
-        message = workloads.rejection(lambda manifest=manifest: workloads.create_ds(api, ns, manifest))
+        message = workloads.rejection(functools.partial(workloads.create_ds, api, ns, manifest))
         assert message == webhook + f"spec.roles[1].spec.leaderWorkerTemplate.{field}: {detail}"
     assert api.list_objects(workloads.DS_API, keys.DS_PLURAL, namespace=ns) == []
 

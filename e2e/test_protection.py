@@ -123,9 +123,10 @@ def test_a_foreign_domain_is_never_touched(api: kube.Kube, ns: str) -> None:
     workloads.create_foreign_domain(api, ns, name, {keys.WORKLOAD_NAME_LABEL: "lookalike"})
     seen = testing.wait_for(
         lambda: (
-            (d := api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns))
+            d
+            if (d := api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns))
             and "resource.nvidia.com/computeDomain" in d["metadata"].get("finalizers", [])
-            and d
+            else None
         ),
         what="the driver to pick the domain up",
         timeout=30,

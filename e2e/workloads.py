@@ -204,7 +204,7 @@ def create_with_warnings(api: kube.Kube, path: str, manifest: dict[str, Any]) ->
         auth_settings=["BearerToken"],
     )
     response = api.api.call_api("POST", url, header_params=headers, body=payload)
-    data = response.read()
+    data: bytes = response.read()  # type: ignore[no-untyped-call]
     if response.status >= 400:
         raise kube.ApiError(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
     warnings = [_warning_text(value) for value in response.response.headers.getlist("Warning")]

@@ -9,6 +9,7 @@ Grove's CRDs are installed for it): per clique, its nodes, GPUs, nodes with a ch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 from typing import Any
@@ -85,32 +86,71 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(client: kube.Kube, namespace: str, lws: str) -> str:
-    pods = testing.pods(client, namespace, f"{keys.LWS_NAME_LABEL}={lws}")
-    templates = {
-        t["metadata"]["name"]
-        for t in client.list_objects("resource.k8s.io/v1", "resourceclaimtemplates", namespace=namespace)
-    }
-    domains = {
-        d["metadata"]["name"]: d
-        for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
-        if d["metadata"].get("labels", {}).get(keys.WORKLOAD_NAME_LABEL) == lws
-    }
-    by_group: dict[str, list[dict[str, Any]]] = {}
-    for pod in pods:
-        by_group.setdefault(pod["metadata"]["labels"].get(keys.LWS_GROUP_INDEX_LABEL, "?"), []).append(pod)
-    lines = [f"\nLeaderWorkerSet {namespace}/{lws}: {len(by_group)} replicas, {len(domains)} ComputeDomains"]
-    for group in sorted(by_group):
-        members = sorted(by_group[group], key=lambda p: p["metadata"]["name"])
+    listed = _list_workload(
+        client, namespace, lws, name_label=keys.LWS_NAME_LABEL, group_label=keys.LWS_GROUP_INDEX_LABEL, no_group="?"
+    )
+    lines = [
+        f"\nLeaderWorkerSet {namespace}/{lws}: {len(listed.groups)} replicas, {len(listed.domains)} ComputeDomains"
+    ]
+    for group in sorted(listed.groups):
+        members = listed.groups[group]
         domain = members[0]["metadata"].get("annotations", {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION, "(none)")
-        found = domains.get(domain)
-        ready = _ready(domain, found, templates)
-        nodes = found["spec"].get("numNodes") if found else "-"
-        state = "ready" if ready else "not ready"
-        lines.append(f"\nreplica {group}: ComputeDomain {domain} ({state}, numNodes={nodes})")
+        lines.append(f"\nreplica {group}: ComputeDomain {listed.describe(domain)}")
         lines.extend(pod_line(pod) for pod in members)
-    gated = [p["metadata"]["name"] for p in pods if injection.is_gated(p["spec"])]
-    lines.append(f"\ngated pods: {', '.join(gated) or 'none'}")
+    lines.append(listed.gated_line())
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _WorkloadListing:
+    """What both reports read of one workload: its pods, grouped, and its ComputeDomains with the claim templates."""
+
+    pods: list[kube.Object]
+    #: The pods by the value of the grouping label (replica or slice), each group sorted by pod name.
+    groups: dict[str, list[kube.Object]]
+    #: The workload's ComputeDomains by name.
+    domains: dict[str, kube.Object]
+    #: The names of the namespace's ResourceClaimTemplates.
+    templates: set[str]
+
+    def describe(self, domain: str) -> str:
+        """The domain, whether it is ready (present, not being deleted, its claim template made), and its numNodes."""
+        found = self.domains.get(domain)
+        ready = (
+            found is not None
+            and not found["metadata"].get("deletionTimestamp")
+            and names.claim_template_name(domain) in self.templates
+        )
+        nodes = found["spec"].get("numNodes") if found else "-"
+        return f"{domain} ({'ready' if ready else 'not ready'}, numNodes={nodes})"
+
+    def gated_line(self) -> str:
+        gated = [p["metadata"]["name"] for p in self.pods if injection.is_gated(p["spec"])]
+        return f"\ngated pods: {', '.join(gated) or 'none'}"
+
+
+def _list_workload(
+    client: kube.Kube, namespace: str, workload: str, *, name_label: str, group_label: str, no_group: str
+) -> _WorkloadListing:
+    """The workload's pods (those whose `name_label` is `workload`), grouped by `group_label` (`no_group` where a pod
+    lacks it), its ComputeDomains and the namespace's claim templates."""
+    pods = testing.pods(client, namespace, f"{name_label}={workload}")
+    groups: dict[str, list[kube.Object]] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        groups.setdefault(pod["metadata"]["labels"].get(group_label, no_group), []).append(pod)
+    return _WorkloadListing(
+        pods=pods,
+        groups=groups,
+        domains={
+            d["metadata"]["name"]: d
+            for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
+            if d["metadata"].get("labels", {}).get(keys.WORKLOAD_NAME_LABEL) == workload
+        },
+        templates={
+            t["metadata"]["name"]
+            for t in client.list_objects("resource.k8s.io/v1", "resourceclaimtemplates", namespace=namespace)
+        },
+    )
 
 
 def pod_line(pod: dict[str, Any], width: int = 22) -> str:
@@ -129,40 +169,17 @@ def pod_line(pod: dict[str, Any], width: int = 22) -> str:
     )
 
 
-def _ready(domain: str, found: dict[str, Any] | None, templates: set[str]) -> bool:
-    return (
-        found is not None
-        and not found["metadata"].get("deletionTimestamp")
-        and names.claim_template_name(domain) in templates
-    )
-
-
 def slice_report(client: kube.Kube, namespace: str, ds: str) -> str:
     """Per slice of the DisaggregatedSet: its ComputeDomain, readiness, and each pod's claimed containers."""
-    pods = testing.pods(client, namespace, f"{keys.DS_NAME_LABEL}={ds}")
-    templates = {
-        t["metadata"]["name"]
-        for t in client.list_objects("resource.k8s.io/v1", "resourceclaimtemplates", namespace=namespace)
-    }
-    domains = {
-        d["metadata"]["name"]: d
-        for d in client.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
-        if d["metadata"].get("labels", {}).get(keys.WORKLOAD_NAME_LABEL) == ds
-    }
-    by_slice: dict[str, list[dict[str, Any]]] = {}
-    for pod in pods:
-        by_slice.setdefault(pod["metadata"]["labels"].get(keys.DS_SLICE_LABEL, "0"), []).append(pod)
-    lines = [f"\nDisaggregatedSet {namespace}/{ds}: {len(by_slice)} slices, {len(domains)} ComputeDomains"]
-    for slice_index in sorted(by_slice, key=int):
-        members = sorted(by_slice[slice_index], key=lambda p: p["metadata"]["name"])
+    listed = _list_workload(
+        client, namespace, ds, name_label=keys.DS_NAME_LABEL, group_label=keys.DS_SLICE_LABEL, no_group="0"
+    )
+    lines = [f"\nDisaggregatedSet {namespace}/{ds}: {len(listed.groups)} slices, {len(listed.domains)} ComputeDomains"]
+    for slice_index in sorted(listed.groups, key=int):
+        members = listed.groups[slice_index]
         recorded = sorted(
             {d for p in members if (d := p["metadata"].get("annotations", {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION))}
         )
-        described = []
-        for domain in recorded:
-            found = domains.get(domain)
-            state = "ready" if _ready(domain, found, templates) else "not ready"
-            described.append(f"{domain} ({state}, numNodes={found['spec'].get('numNodes') if found else '-'})")
         enrolled = sorted(
             {
                 p["metadata"]["labels"][keys.DS_ROLE_LABEL]
@@ -171,12 +188,11 @@ def slice_report(client: kube.Kube, namespace: str, ds: str) -> str:
             }
         )
         lines.append(
-            f"\nslice {slice_index}: ComputeDomain {', '.join(described) or '(none)'}; "
+            f"\nslice {slice_index}: ComputeDomain {', '.join(map(listed.describe, recorded)) or '(none)'}; "
             f"shared by roles: {', '.join(enrolled) or '-'}"
         )
         lines.extend(pod_line(pod, width=36) for pod in members)
-    gated = [p["metadata"]["name"] for p in pods if injection.is_gated(p["spec"])]
-    lines.append(f"\ngated pods: {', '.join(gated) or 'none'}")
+    lines.append(listed.gated_line())
     return "\n".join(lines)
 
 

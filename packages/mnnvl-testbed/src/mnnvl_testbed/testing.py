@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -95,6 +95,25 @@ def running(found: list[kube.Object]) -> list[kube.Object]:
 def placement(found: list[kube.Object]) -> list[tuple[str, str | None, str | None]]:
     """(name, phase, node) of each pod: a compact state for failure messages."""
     return [(p["metadata"]["name"], p.get("status", {}).get("phase"), p["spec"].get("nodeName")) for p in found]
+
+
+def service_account_allowed(api: kube.Kube, namespace: str, account: str, attributes: Mapping[str, str]) -> bool:
+    """Whether the API server lets ServiceAccount `namespace/account` do what `attributes` (a SubjectAccessReview's
+    resourceAttributes: verb, group, resource, ...) describe, asked as its token authenticates: user and groups."""
+    review = api.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{namespace}:{account}",
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+                "resourceAttributes": dict(attributes),
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
 
 
 def teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
