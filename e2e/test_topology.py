@@ -404,3 +404,164 @@ def test_a_group_larger_than_any_cliques_free_nodes_gets_a_warning(kai: cluster.
     path = kube.path_of("v1", "pods", namespace=ns, name=pending["metadata"]["name"])
     another_pass(replica, "fit", lambda: api.patch(path, touched()))
     assert len([e for e in reasons_about(api, "too-big", ns) if e[1] == events.CLIQUE_TOO_SMALL_REASON]) == 1
+
+
+def cliques_of_nodes(api: kube.Kube) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for node in api.list_objects("v1", "nodes"):
+        found.setdefault(node["metadata"]["labels"][keys.GPU_CLIQUE_LABEL], []).append(node["metadata"]["name"])
+    return {clique: sorted(names) for clique, names in sorted(found.items())}
+
+
+def wholly_free_clique(api: kube.Kube) -> tuple[str, list[str]]:
+    """A clique whose every node the census counts free (earlier tests' pods may still be going away)."""
+    nodes = cliques_of_nodes(api)
+
+    def free() -> str | None:
+        return next(
+            (c["clique"] for c in census(api).get("cliques", []) if c["freeNodes"] == len(nodes[c["clique"]])), None
+        )
+
+    clique = testing.wait_for(free, what="a wholly free clique", timeout=TIMEOUT, state=lambda: str(census(api)))
+    return clique, nodes[clique]
+
+
+def gpu_pod(ns: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": spec.pop("labels", {})},
+        "spec": {"containers": [workloads.VLLM], **spec},
+    }
+
+
+def bind(api: kube.Kube, ns: str, pod: str, node: str) -> None:
+    """Bind a pod as its scheduler would: KAI Scheduler does not run on the testbed, so the test plays its part."""
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod},
+        "target": {"kind": "Node", "name": node},
+    }
+    api.request("POST", f"/api/v1/namespaces/{ns}/pods/{pod}/binding", body=binding)
+
+
+def mark_unschedulable(api: kube.Kube, ns: str, pod: str) -> None:
+    """The condition KAI Scheduler writes on a pod it cannot place (PodScheduled=False, reason Unschedulable)."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "by the test"}
+    api.patch(f"/api/v1/namespaces/{ns}/pods/{pod}/status", {"status": {"conditions": [condition]}})
+
+
+def wait_pods(api: kube.Kube, ns: str, count: int) -> list[str]:
+    def created() -> list[str] | None:
+        names = sorted(pod["metadata"]["name"] for pod in api.list_objects("v1", "pods", namespace=ns))
+        return names if len(names) >= count else None
+
+    return testing.wait_for(created, what=f"{count} pods", timeout=TIMEOUT)
+
+
+def fit_warnings(api: kube.Kube, workload: str, ns: str) -> list[str]:
+    return [
+        message for _, reason, message in reasons_about(api, workload, ns) if reason == events.CLIQUE_TOO_SMALL_REASON
+    ]
+
+
+def test_a_kai_placement_stranded_in_a_clique_is_warned_about_naming_the_clique(
+    kai: cluster.Testbed, name: str, ns: str
+) -> None:
+    """The seed's StatefulSet example: "KAI waits until all replicas fit in one value of nvidia.com/gpu.clique".
+    KAI in fact gives a StatefulSet a PodGroup of minMember 1 (kai-scheduler/KAI-Scheduler#2098): its first pod
+    lands alone and the others are pinned to that clique. No KAI Scheduler runs here, so the test does what it
+    would: binds the first pod into a clique with one node taken, and marks the next one Unschedulable."""
+    api = kai.api()
+    replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    home, nodes = wholly_free_clique(api)
+    api.create(gpu_pod(ns, "busy", nodeName=nodes[0]), "pods")
+    testing.wait_for(
+        lambda: (clique_count(api, home) or {}).get("freeNodes") == len(nodes) - 1,
+        what=f"clique {home} to have one node taken",
+        timeout=TIMEOUT,
+    )
+    template = {
+        "metadata": {"labels": {"app": "db", "kai.scheduler/queue": "default"}},
+        "spec": {"schedulerName": keys.KAI_SCHEDULER_NAME, "containers": [workloads.VLLM]},
+    }
+    api.create(
+        {"apiVersion": "apps/v1", "kind": "StatefulSet",
+         "metadata": {"name": "db", "namespace": ns,
+                      "annotations": {"kai.scheduler/topology": name,
+                                      keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: keys.GPU_CLIQUE_LABEL}},
+         "spec": {"replicas": len(nodes), "podManagementPolicy": "Parallel", "serviceName": "db",
+                  "selector": {"matchLabels": {"app": "db"}}, "template": template}},
+        "statefulsets",
+    )  # fmt: skip
+    wait_pods(api, ns, len(nodes) + 1)
+    bind(api, ns, "db-0", nodes[1])
+    mark_unschedulable(api, ns, "db-1")
+
+    kind, _, message = wait_event(api, "db", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
+    assert kind == "Warning"
+    room = len(nodes) - 1  # its own node and the free ones: one is taken by another pod
+    stranded = f"needs {len(nodes)} nodes in one clique; clique {home}, where its pods run, has room for {room}; "
+    assert message.startswith(stranded), message
+    assert "free nodes for the whole group; pod db-1 is unschedulable" in message, message
+
+    # Freeing the taken node makes room: the group fits, nothing more is posted.
+    api.delete(kube.path_of("v1", "pods", namespace=ns, name="busy"))
+    testing.wait_for(
+        lambda: (clique_count(api, home) or {}).get("freeNodes") == len(nodes) - 1,
+        what=f"clique {home} to have only db-0's node taken",
+        timeout=TIMEOUT,
+    )
+    another_pass(replica, "fit", lambda: api.patch(kube.path_of("v1", "pods", namespace=ns, name="db-1"), touched()))
+    assert len(fit_warnings(api, "db", ns)) == 1
+
+
+def test_a_grove_gang_no_clique_can_hold_is_warned_about_on_its_podcliqueset(
+    kai: cluster.Testbed, name: str, ns: str
+) -> None:
+    """The seed's PodCliqueSet example with more workers than a clique has nodes. Grove's operator does not run
+    here (its workload CRDs are not available: stand-ins with Grove's group, version and kind serve them), so the
+    test writes what Grove would: the PodCliqueSet, the PodGang it hands KAI (`pack.required: gpuclique`
+    translated to the node label) and the gang's pods labelled with it; then marks one pod as KAI would."""
+    api = kai.api()
+    crds.install_grove_workload_standins(api)
+    run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    _, nodes = wholly_free_clique(api)
+    workers = len(nodes) + 1
+    pcs = api.create(
+        {"apiVersion": keys.GROVE_API_VERSION, "kind": keys.GROVE_PODCLIQUESET_KIND,
+         "metadata": {"name": "distributed-inference", "namespace": ns},
+         "spec": {"replicas": 1, "template": {
+             "topologyConstraint": {"topologyName": f"{name}-binding", "pack": {"required": "gpuclique"}},
+             "cliques": [{"name": "worker", "spec": {"roleName": "worker", "replicas": workers,
+                                                     "minAvailable": workers}}]}}},
+        keys.GROVE_PODCLIQUESET_PLURAL,
+    )  # fmt: skip
+    pods = [f"distributed-inference-0-worker-{index}" for index in range(workers)]
+    owner = {"apiVersion": keys.GROVE_API_VERSION, "kind": keys.GROVE_PODCLIQUESET_KIND, "controller": True,
+             "name": "distributed-inference", "uid": pcs["metadata"]["uid"]}  # fmt: skip
+    api.create(
+        {"apiVersion": keys.GROVE_SCHEDULER_API_VERSION, "kind": "PodGang",
+         "metadata": {"name": "distributed-inference-0", "namespace": ns, "ownerReferences": [owner]},
+         "spec": {"podgroups": [{"name": "distributed-inference-0-worker", "minReplicas": workers,
+                                 "podReferences": [{"namespace": ns, "name": pod} for pod in pods]}],
+                  "topologyConstraint": {"packConstraint": {"required": keys.GPU_CLIQUE_LABEL}}}},
+        keys.GROVE_PODGANG_PLURAL,
+    )  # fmt: skip
+    for pod in pods:
+        labels = {keys.GROVE_PODGANG_LABEL: "distributed-inference-0"}
+        api.create(gpu_pod(ns, pod, labels=labels, schedulerName=keys.KAI_SCHEDULER_NAME), "pods")
+    mark_unschedulable(api, ns, pods[0])
+
+    kind, _, message = wait_event(api, "distributed-inference", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
+    assert kind == "Warning"
+    assert message.startswith(f"needs {workers} nodes in one clique; largest free clique has {len(nodes)}: "), message
+    [event] = [
+        e for e in api.list_objects("v1", "events", namespace=ns)
+        if e["reason"] == events.CLIQUE_TOO_SMALL_REASON
+    ]  # fmt: skip
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["uid"]) == (
+        keys.GROVE_PODCLIQUESET_KIND,
+        pcs["metadata"]["uid"],
+    )

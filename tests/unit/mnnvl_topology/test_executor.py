@@ -237,9 +237,7 @@ def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_
     expected = ("DynamoGraphDeployment", "my-llm", "dgd-uid") if made_by_dynamo else ("PodCliqueSet", "pcs", "pcs-uid")
     assert (involved["kind"], involved["name"], involved["uid"]) == expected
     assert (warning["type"], warning["reason"]) == ("Warning", reasons.CLIQUE_TOO_SMALL_REASON)
-    assert warning["message"].startswith(
-        "needs 5 nodes in one clique; clique a, where 1 of its pods run, has 3 more free"
-    )
+    assert warning["message"].startswith("needs 5 nodes in one clique; clique a, where its pods run, has room for 4")
 
 
 def test_a_grove_pod_without_its_gang_is_not_judged() -> None:

@@ -314,17 +314,17 @@ def test_a_group_that_no_clique_can_hold_gets_the_largest_free_clique_named(
         pytest.param(4, {"c0": 4}, census_of(0, 0), None, id="all-placed"),
         pytest.param(
             4, {"c0": 1}, census_of(2, 3),
-            "needs 4 nodes in one clique; clique c0, where 1 of its pods run, has 2 more free", id="stranded",
+            "needs 4 nodes in one clique; clique c0, where its pods run, has room for 3", id="stranded",
         ),
         pytest.param(
             4, {"c0": 1}, census_of(2, 4),
-            "needs 4 nodes in one clique; clique c0, where 1 of its pods run, has 2 more free; "
+            "needs 4 nodes in one clique; clique c0, where its pods run, has room for 3; "
             "clique c1 has 4 free nodes for the whole group",
             id="stranded-while-another-clique-could-hold-it",
         ),
         pytest.param(
             5, {"c1": 1, "c0": 3}, census_of(1, 4),
-            "needs 5 nodes in one clique; clique c0, where 3 of its pods run, has 1 more free", id="split-most-wins",
+            "needs 5 nodes in one clique; clique c0, where its pods run, has room for 4", id="split-most-wins",
         ),
     ],
 )  # fmt: skip
@@ -334,6 +334,12 @@ def test_a_partly_placed_group_must_fit_where_its_pods_run(
     """KAI keeps a required placement's later pods in the domain of its running ones: the free nodes of other
     cliques do not help the pods still pending."""
     assert planner.cannot_fit(needed, census, placed) == message
+
+
+def test_the_message_does_not_change_while_the_groups_pods_are_placed_one_by_one() -> None:
+    """Once per change of the message: each placed pod takes one free node of its clique, which is no news."""
+    messages = {planner.cannot_fit(5, census_of(4 - running, 4), {"c0": running}) for running in range(1, 5)}
+    assert messages == {"needs 5 nodes in one clique; clique c0, where its pods run, has room for 4"}
 
 
 def gang(*groups: dict[str, Any], constraint: str | None = None, configs: Any = ()) -> dict[str, Any]:

@@ -52,6 +52,41 @@ def install_topology_crds(api: kube.Kube, release: str) -> None:
     _wait_in_force(lambda: topology_aliases_known(api) == crds.editable_aliases, what=f"the Topology CRD {release}")
 
 
+def standin(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
+    """A namespaced CRD serving `kind` under upstream's group, version and plural with an open schema: for APIs
+    whose CRD is not available here (Grove's PodCliqueSet and PodGang), so a test can write the objects their
+    operator would; nothing about their schema is checked."""
+    return {
+        "apiVersion": CRD_API,
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}", "labels": {"mnnvl-testbed/stand-in": "true"}},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
+def install_grove_workload_standins(api: kube.Kube) -> None:
+    """Stand-ins for Grove's PodCliqueSet and PodGang (the scheduler API Grove hands KAI), established."""
+    install(
+        api,
+        [
+            standin(keys.GROVE_GROUP, keys.GROVE_VERSION, keys.GROVE_PODCLIQUESET_KIND, keys.GROVE_PODCLIQUESET_PLURAL),
+            standin(keys.GROVE_SCHEDULER_GROUP, keys.GROVE_VERSION, "PodGang", keys.GROVE_PODGANG_PLURAL),
+        ],
+    )
+
+
 def num_nodes_required(api: kube.Kube) -> bool:
     """Whether the API server now refuses a ComputeDomain without `spec.numNodes` (a dry run: nothing is stored)."""
     probe = {

@@ -473,14 +473,15 @@ def gang_group(gang: Mapping[str, Any], pod: str, *, clique_levels: frozenset[st
 def cannot_fit(needed: int, found: Census, placed: Mapping[str, int] | None = None) -> str | None:
     """The Warning's message when the group cannot have `needed` nodes in one clique (None: it can). `placed`
     counts the group's pods already running, per clique: the rest must join them (KAI keeps a required placement's
-    later pods in the domain of its running ones), so the clique holding most of them is the only one left."""
+    later pods in the domain of its running ones), so the clique holding most of them is the only one left; its room
+    is its free nodes plus the group's own, which does not change while the group's pods are being placed."""
     needs = f"needs {needed} nodes in one clique"
     if placed:
         home, running = max(sorted(placed.items()), key=lambda item: item[1])
-        free = found.free_in(home)
-        if running + free >= needed:
+        room = running + found.free_in(home)
+        if room >= needed:
             return None
-        message = f"{needs}; clique {home}, where {running} of its pods run, has {free} more free"
+        message = f"{needs}; clique {home}, where its pods run, has room for {room}"
         largest = found.largest_free()
         if largest is not None and largest.clique != home and largest.free_nodes >= needed:
             message += f"; clique {largest.clique} has {largest.free_nodes} free nodes for the whole group"
