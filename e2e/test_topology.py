@@ -397,7 +397,9 @@ def test_a_group_larger_than_any_cliques_free_nodes_gets_a_warning(kai: cluster.
     workloads.create_lws(api, ns, manifest)
     kind, _, message = wait_event(api, "too-big", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
     assert kind == "Warning"
-    assert message.startswith("needs 5 nodes in one clique; largest free clique has 4: clique ")
+    # exclusive-topology placed the leader and three workers in one clique of four nodes: the fifth pod cannot join.
+    assert message.startswith("needs 5 nodes in one clique; clique "), message
+    assert ", where its pods run, has room for 4; pod too-big-0-" in message, message
     assert len([e for e in reasons_about(api, "too-big", ns) if e[1] == events.CLIQUE_TOO_SMALL_REASON]) == 1
     # Once per change of the message: a pod event forces another fit check of the same group, which must not post.
     pending = next(pod for pod in api.list_objects("v1", "pods", namespace=ns) if not pod["spec"].get("nodeName"))
