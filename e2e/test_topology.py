@@ -519,33 +519,50 @@ def test_a_kai_placement_stranded_in_a_clique_is_warned_about_naming_the_clique(
     assert len(fit_warnings(api, "db", ns)) == 1
 
 
-def test_a_grove_gang_no_clique_can_hold_is_warned_about_on_its_podcliqueset(
-    kai: cluster.Testbed, name: str, ns: str
+def owner_reference(found: kube.Object) -> dict[str, Any]:
+    meta = found["metadata"]
+    return {"apiVersion": found["apiVersion"], "kind": found["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True}  # fmt: skip
+
+
+@pytest.mark.parametrize("made_by_dynamo", [False, True], ids=["podcliqueset", "dynamographdeployment"])
+def test_a_grove_gang_no_clique_can_hold_is_warned_about_on_the_workload_that_made_it(
+    kai: cluster.Testbed, name: str, ns: str, made_by_dynamo: bool
 ) -> None:
-    """The seed's PodCliqueSet example with more workers than a clique has nodes. Grove's operator does not run
-    here (its workload CRDs are not available: stand-ins with Grove's group, version and kind serve them), so the
-    test writes what Grove would: the PodCliqueSet, the PodGang it hands KAI (`pack.required: gpuclique`
-    translated to the node label) and the gang's pods labelled with it; then marks one pod as KAI would."""
+    """The seed's PodCliqueSet and DynamoGraphDeployment examples with more workers than a clique has nodes.
+    Grove's and Dynamo's operators do not run here (their workload CRDs are not available: stand-ins with their
+    group, version and kind serve them), so the test writes what they would: the DynamoGraphDeployment, the
+    PodCliqueSet, the PodGang Grove hands KAI (`pack.required: gpuclique` translated to the node label) and the
+    gang's pods labelled with it; then marks one pod as KAI would. The Warning is on what the user wrote."""
     api = kai.api()
     crds.install_grove_workload_standins(api)
     run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
     _, nodes = wholly_free_clique(api)
     workers = len(nodes) + 1
+    binding = f"{name}-binding"
+    made_by: list[dict[str, Any]] = []
+    if made_by_dynamo:
+        dgd = api.create(
+            {"apiVersion": crds.DYNAMO_API_VERSION, "kind": crds.DYNAMO_DEPLOYMENT_KIND,
+             "metadata": {"name": "my-llm", "namespace": ns},
+             "spec": {"topologyConstraint": {"topologyProfile": binding, "packDomain": "gpuclique"},
+                      "services": {"VllmWorker": {"componentType": "worker", "replicas": workers}}}},
+            crds.DYNAMO_DEPLOYMENT_PLURAL,
+        )  # fmt: skip
+        made_by = [owner_reference(dgd)]
     pcs = api.create(
         {"apiVersion": keys.GROVE_API_VERSION, "kind": keys.GROVE_PODCLIQUESET_KIND,
-         "metadata": {"name": "distributed-inference", "namespace": ns},
+         "metadata": {"name": "distributed-inference", "namespace": ns, "ownerReferences": made_by},
          "spec": {"replicas": 1, "template": {
-             "topologyConstraint": {"topologyName": f"{name}-binding", "pack": {"required": "gpuclique"}},
+             "topologyConstraint": {"topologyName": binding, "pack": {"required": "gpuclique"}},
              "cliques": [{"name": "worker", "spec": {"roleName": "worker", "replicas": workers,
                                                      "minAvailable": workers}}]}}},
         keys.GROVE_PODCLIQUESET_PLURAL,
     )  # fmt: skip
     pods = [f"distributed-inference-0-worker-{index}" for index in range(workers)]
-    owner = {"apiVersion": keys.GROVE_API_VERSION, "kind": keys.GROVE_PODCLIQUESET_KIND, "controller": True,
-             "name": "distributed-inference", "uid": pcs["metadata"]["uid"]}  # fmt: skip
     api.create(
         {"apiVersion": keys.GROVE_SCHEDULER_API_VERSION, "kind": "PodGang",
-         "metadata": {"name": "distributed-inference-0", "namespace": ns, "ownerReferences": [owner]},
+         "metadata": {"name": "distributed-inference-0", "namespace": ns, "ownerReferences": [owner_reference(pcs)]},
          "spec": {"podgroups": [{"name": "distributed-inference-0-worker", "minReplicas": workers,
                                  "podReferences": [{"namespace": ns, "name": pod} for pod in pods]}],
                   "topologyConstraint": {"packConstraint": {"required": keys.GPU_CLIQUE_LABEL}}}},
@@ -556,14 +573,12 @@ def test_a_grove_gang_no_clique_can_hold_is_warned_about_on_its_podcliqueset(
         api.create(gpu_pod(ns, pod, labels=labels, schedulerName=keys.KAI_SCHEDULER_NAME), "pods")
     mark_unschedulable(api, ns, pods[0])
 
-    kind, _, message = wait_event(api, "distributed-inference", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
+    workload = made_by[0] if made_by else owner_reference(pcs)
+    kind, _, message = wait_event(api, workload["name"], events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
     assert kind == "Warning"
     assert message.startswith(f"needs {workers} nodes in one clique; largest free clique has {len(nodes)}: "), message
     [event] = [
         e for e in api.list_objects("v1", "events", namespace=ns)
         if e["reason"] == events.CLIQUE_TOO_SMALL_REASON
     ]  # fmt: skip
-    assert (event["involvedObject"]["kind"], event["involvedObject"]["uid"]) == (
-        keys.GROVE_PODCLIQUESET_KIND,
-        pcs["metadata"]["uid"],
-    )
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["uid"]) == (workload["kind"], workload["uid"])
