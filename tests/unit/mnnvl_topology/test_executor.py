@@ -142,7 +142,7 @@ def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_neve
     assert asyncio.run(fakes.within(publish())) == 1
     running.on_lease_change(True)  # the previous holder may have left another census, or none
     assert asyncio.run(fakes.within(publish())) == 2
-    running.forget_census()  # the periodic resync: a deleted ConfigMap comes back
+    running.on_resync()  # the periodic resync: a deleted ConfigMap comes back
     assert asyncio.run(fakes.within(publish())) == 3
     assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.census().to_json()
 
@@ -188,8 +188,8 @@ def owned_by(kind: str, name: str, uid: str, api_version: str = keys.GROVE_API_V
     }
 
 
-@pytest.mark.parametrize("made_by_dynamo", [True, False], ids=["dgd", "pcs"])
-def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_it(made_by_dynamo: bool) -> None:
+def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, executor.Executor]:
+    """Grove's gang of 5 workers for two cliques of 4 free nodes: w-0 runs in clique a, w-1…w-4 are pending."""
     api = FakeApi(refuse=set())
     api.objects[(keys.GROVE_PODGANG_PLURAL, "pcs-0")] = {
         "apiVersion": keys.GROVE_SCHEDULER_API_VERSION,
@@ -228,6 +228,12 @@ def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_
     running.stores.apply_pod("0", grove_pod("w-0", "a1"))
     for index in range(1, 5):
         running.stores.apply_pod(str(index), grove_pod(f"w-{index}", None))
+    return api, running
+
+
+@pytest.mark.parametrize("made_by_dynamo", [True, False], ids=["dgd", "pcs"])
+def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_it(made_by_dynamo: bool) -> None:
+    api, running = stranded_gang(made_by_dynamo=made_by_dynamo)
 
     asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
     asyncio.run(fakes.within(running.check_fit("ns", "w-2")))  # same group, same message: no second Warning
@@ -238,6 +244,21 @@ def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_
     assert (involved["kind"], involved["name"], involved["uid"]) == expected
     assert (warning["type"], warning["reason"]) == ("Warning", reasons.CLIQUE_TOO_SMALL_REASON)
     assert warning["message"].startswith("needs 5 nodes in one clique; clique a, where its pods run, has room for 4")
+
+
+def test_a_workload_stuck_again_after_its_pods_left_is_warned_about_again() -> None:
+    api, running = stranded_gang(made_by_dynamo=False)
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    running.on_resync()  # its pods are still unschedulable: the Warning stands, nothing is posted again
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    assert len(api.events) == 1
+    for index in range(1, 5):  # the pending pods go (scaled down, deleted)
+        running.stores.apply_pod(str(index), None)
+    running.on_resync()
+    for index in range(1, 5):  # and come back, stuck the same way
+        running.stores.apply_pod(str(index), grove_pod(f"w-{index}", None))
+    asyncio.run(fakes.within(running.check_fit("ns", "w-3")))
+    assert [event["message"] for event in api.events][1:] == [api.events[0]["message"].replace("w-1", "w-3")]
 
 
 def test_a_grove_pod_without_its_gang_is_not_judged() -> None:

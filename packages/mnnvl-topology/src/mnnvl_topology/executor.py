@@ -42,8 +42,9 @@ class Executor:
     warned_foreign: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     #: Topologies already reported as KAI-only while Grove is not served.
     reported_kai_only: set[str] = dataclasses.field(default_factory=set)
-    #: Workload uid → the cannot-fit message last posted, so each change is posted once.
-    fit_warnings: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Workload uid → the cannot-fit message last posted and the pods it was about, so each change is posted once
+    #: while the workload has unschedulable pods (forgotten once it has none: a later episode is posted again).
+    fit_warnings: dict[str, tuple[str, set[tuple[str, str]]]] = dataclasses.field(default_factory=dict)
     census_written: str | None = None
     #: Cliques the gauges have a value for.
     published_cliques: set[str] = dataclasses.field(default_factory=set)
@@ -273,9 +274,17 @@ class Executor:
         self.census_written = document
 
     def forget_census(self) -> None:
-        """Called on every periodic resync: the ConfigMap may have been deleted or edited since we wrote it, so
-        the next census pass applies it again (an apply that changes nothing is cheap)."""
+        """The ConfigMap may have been deleted or edited since we wrote it, so the next census pass applies it
+        again (an apply that changes nothing is cheap)."""
         self.census_written = None
+
+    def on_resync(self) -> None:
+        """Called after every periodic resync: the census is applied again, and the Warnings of workloads none of
+        whose pods is unschedulable any more are forgotten, so the next time one cannot fit is posted again."""
+        self.forget_census()
+        for uid, (_, pods) in list(self.fit_warnings.items()):
+            if not any(self.stores.unschedulable_pod(*pod) is not None for pod in pods):
+                del self.fit_warnings[uid]
 
     def on_lease_change(self, leading: bool) -> None:
         if leading:  # another replica wrote the census while it held the Lease
@@ -304,9 +313,11 @@ class Executor:
         if message is None:
             self.fit_warnings.pop(uid, None)
             return
-        if self.fit_warnings.get(uid) == message:
+        posted, pods = self.fit_warnings.get(uid, ("", set()))
+        pods.add((namespace, pod))
+        self.fit_warnings[uid] = (message, pods)
+        if posted == message:
             return
-        self.fit_warnings[uid] = message
         telemetry.CANNOT_FIT.inc()
         log.warning(
             "group cannot fit in one clique",

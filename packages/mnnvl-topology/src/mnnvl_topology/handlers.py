@@ -65,7 +65,7 @@ async def start(memo: Any, **_: Any) -> None:
     _topologist = Topologist(context, STORES, compute_domains=served)
     publisher = _topologist.executor
     context.elector.on_change.append(publisher.on_lease_change)
-    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=publisher.forget_census)
+    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=publisher.on_resync)
 
 
 @kopf.on.event("nodes", id="nodes", registry=state.registry)
