@@ -50,14 +50,14 @@ def install(venv: pathlib.Path, *, offline: bool) -> pathlib.Path:
     return venv
 
 
-def installed(venv: pathlib.Path) -> dict[str, str]:
+def installed(venv: pathlib.Path) -> dict[utils.NormalizedName, str]:
     freeze = subprocess.run(
         [uv.find_uv_bin(), "pip", "freeze", "--python", str(venv / "bin" / "python")],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    found = {}
+    found: dict[utils.NormalizedName, str] = {}
     for line in freeze.splitlines():
         name, _, rest = line.partition("==") if "==" in line else line.partition(" @ ")
         found[utils.canonicalize_name(name)] = rest

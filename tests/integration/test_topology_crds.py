@@ -61,6 +61,7 @@ def refusal(api: kube.Kube, name: str, levels: list[dict[str, str]]) -> list[tup
     with pytest.raises(kube.ApiError) as refused:
         set_levels(api, name, levels)
     assert refused.value.status == 422
+    assert refused.value.body is not None
     status = json.loads(refused.value.body)
     return [(cause["field"], cause["message"]) for cause in status["details"]["causes"]]
 

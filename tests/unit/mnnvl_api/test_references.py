@@ -52,7 +52,7 @@ def test_users_of_a_domain_are_the_live_pods_holding_its_claim_or_recording_it()
     running = {**pod("Running", "cd-a-channel"), "metadata": {"name": "runs"}}
     done = {**pod("Succeeded", "cd-a-channel"), "metadata": {"name": "done"}}
     other = {**pod("Running", "cd-b-channel"), "metadata": {"name": "other"}}
-    recorder = {
+    recorder: dict[str, Any] = {
         "metadata": {"name": "cpu-leader", "annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "cd-a"}},
         "spec": {"containers": []},
         "status": {"phase": "Running"},

@@ -17,7 +17,8 @@ BASE = ("spec", "template", "metadata")
 def stamped(template: dict[str, Any], value: str | None) -> dict[str, Any]:
     stamp = templates.Stamp(field="labels", key=keys.SCOPE_LABEL, value=value, ours=SCOPES)
     body = {"spec": {"template": template}}
-    result: dict[str, Any] = jsonpatch.apply_patch(body, templates.stamp_patch(template, BASE, (stamp,)))
+    patch = templates.stamp_patch(template, BASE, (stamp,))
+    result: dict[str, dict[str, dict[str, Any]]] = jsonpatch.apply_patch(body, patch)
     return result["spec"]["template"]
 
 

@@ -258,7 +258,7 @@ def domain_object(slice_index: int = 0, revision_hash: str = REVISION, *, owner_
     """A ComputeDomain as the API returns one that mnnvl-ds created for (slice, revision) of llm-serving."""
     name = domain_name(slice_index, revision_hash)
     labels = planner.domain_labels(workload(owner_uid), (slice_index, revision_hash))
-    owned = {f"f:{label}": {} for label in labels}
+    owned: dict[str, dict[str, Any]] = {f"f:{label}": {} for label in labels}
     return {
         "metadata": {
             "name": name,

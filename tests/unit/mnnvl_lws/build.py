@@ -134,7 +134,7 @@ def domain(
 
 def managed_fields(manager: str, *labels: str) -> list[dict[str, Any]]:
     """`metadata.managedFields` saying that `manager` set `labels` (as the API server records a create)."""
-    owned = {f"f:{label}": {} for label in labels}
+    owned: dict[str, dict[str, Any]] = {f"f:{label}": {} for label in labels}
     return [{"manager": manager, "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": owned}}}]
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from mnnvl_api import events, keys
-from mnnvl_api.decisions import plans
+from mnnvl_api.decisions import domains, plans
 from mnnvl_lws import planner
 
 from . import build
@@ -118,7 +118,7 @@ def test_a_deleting_lws_creates_nothing_new() -> None:
     ],
 )
 def test_a_foreign_domain_with_the_generated_name_is_not_adopted(foreign: object) -> None:
-    assert isinstance(foreign, planner.domains.DomainFacts)
+    assert isinstance(foreign, domains.DomainFacts)
     plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True),), domains_=(foreign,)))
     assert plan.create == ()
     assert plan.ungate == ()
@@ -216,7 +216,7 @@ def test_a_pod_running_without_its_channel_claim_is_reported() -> None:
     ],
 )
 def test_a_domain_that_only_looks_like_ours_is_never_deleted_or_released(look_alike: object) -> None:
-    assert isinstance(look_alike, planner.domains.DomainFacts)
+    assert isinstance(look_alike, domains.DomainFacts)
     assert planner.plan(build.snapshot(domains_=(look_alike,), gone=True)) == plans.Plan()
     deleting = dataclasses.replace(look_alike, deleting=True)
     assert planner.plan(build.snapshot(domains_=(deleting,), gone=True)) == plans.Plan()

@@ -161,7 +161,7 @@ class ReadCounting:
 
 def counting_writer(api: MemoryApi) -> tuple[writing.DomainWriter, ReadCounting]:
     client = ReadCounting(api.client(keys.LWS_CONTROLLER))
-    return writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0), client  # type: ignore[arg-type]
+    return writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0), client
 
 
 def test_a_gate_where_the_watch_saw_it_goes_in_one_patch_without_a_read() -> None:

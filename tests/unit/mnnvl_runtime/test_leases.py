@@ -123,7 +123,7 @@ def test_the_elector_client_does_not_retry() -> None:
     single = leases.single_attempt_client(shared)
     with pytest.raises(kube.ApiError):
         single.request("GET", "/apis/coordination.k8s.io/v1/namespaces/x/leases/y", timeout=1.0)
-    assert (api.calls, single.field_manager, single.api) == (1, "mnnvl-lws", api)
+    assert (api.calls, single.field_manager, single.api) == (1, "mnnvl-lws", shared.api)
 
 
 def test_a_hung_renewal_steps_down_by_the_renew_deadline() -> None:

@@ -4,6 +4,7 @@ import base64
 import pathlib
 import sys
 import uuid
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_nvl72_racks_hold_18_nodes_and_are_labelled_as_the_driver_labels_cliques
 
 
 def test_lws_webhooks_are_pointed_at_the_local_manager_and_pod_webhooks_only_see_lws_pods() -> None:
-    upstream = [
+    upstream: list[dict[str, Any]] = [
         {
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "mutating-webhook-configuration"},

@@ -177,6 +177,7 @@ class MemoryClient:
 
     async def apatch(self, path: str, patch: object, *, content_type: str = kube.MERGE_PATCH) -> Object:
         assert content_type == kube.JSON_PATCH
+        assert isinstance(patch, list)  # a JSON patch is a list of operations
         plural, namespace, name = _parse(path)
         assert name is not None
         if self.api.get(plural, namespace, name) is None:
