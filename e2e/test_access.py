@@ -91,6 +91,7 @@ def needs(block: str) -> list[Can]:
         Can("get", "jobs", "batch"),
         Can("get", "podgangs", "scheduler.grove.io"),
         Can("get", "podcliquesets", "grove.io"),
+        Can("get", "dynamographdeployments", "nvidia.com"),
         Can("create", "configmaps", namespace=None),
         Can("patch", "configmaps", namespace=None, name="mnnvl-clique-census"),
     ]

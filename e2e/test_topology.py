@@ -543,11 +543,11 @@ def test_a_grove_gang_no_clique_can_hold_is_warned_about_on_the_workload_that_ma
     made_by: list[dict[str, Any]] = []
     if made_by_dynamo:
         dgd = api.create(
-            {"apiVersion": crds.DYNAMO_API_VERSION, "kind": crds.DYNAMO_DEPLOYMENT_KIND,
+            {"apiVersion": keys.DYNAMO_API_VERSION, "kind": keys.DYNAMO_DEPLOYMENT_KIND,
              "metadata": {"name": "my-llm", "namespace": ns},
              "spec": {"topologyConstraint": {"topologyProfile": binding, "packDomain": "gpuclique"},
                       "services": {"VllmWorker": {"componentType": "worker", "replicas": workers}}}},
-            crds.DYNAMO_DEPLOYMENT_PLURAL,
+            keys.DYNAMO_DEPLOYMENT_PLURAL,
         )  # fmt: skip
         made_by = [owner_reference(dgd)]
     pcs = api.create(

@@ -211,7 +211,12 @@ def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, executor.Executor]:
             "topologyConstraint": {"packConstraint": {"required": keys.GPU_CLIQUE_LABEL}},
         },
     }
-    dgd = owned_by("DynamoGraphDeployment", "my-llm", "dgd-uid", "nvidia.com/v1alpha1") if made_by_dynamo else {}
+    dgd = owned_by(keys.DYNAMO_DEPLOYMENT_KIND, "my-llm", "dgd-uid", keys.DYNAMO_API_VERSION) if made_by_dynamo else {}
+    api.objects[(keys.DYNAMO_DEPLOYMENT_PLURAL, "my-llm")] = {
+        "apiVersion": keys.DYNAMO_API_VERSION,
+        "kind": keys.DYNAMO_DEPLOYMENT_KIND,
+        "metadata": {"name": "my-llm", "namespace": "ns", "uid": "dgd-uid"},
+    }
     api.objects[(keys.GROVE_PODCLIQUESET_PLURAL, "pcs")] = {
         "apiVersion": keys.GROVE_API_VERSION,
         "kind": keys.GROVE_PODCLIQUESET_KIND,
@@ -267,3 +272,68 @@ def test_a_grove_pod_without_its_gang_is_not_judged() -> None:
     running.stores.apply_pod("1", grove_pod("w-1", None))
     asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
     assert api.events == []
+
+
+def lws_pod(name: str, replica: int, node: str | None, **status: Any) -> Object:
+    labels = {keys.LWS_NAME_LABEL: "w", keys.LWS_GROUP_INDEX_LABEL: str(replica), keys.SCOPE_LABEL: keys.SCOPE_REPLICA}
+    body = grove_pod(name, node)
+    body["metadata"]["labels"] = labels
+    body["spec"]["schedulerName"] = "default-scheduler"
+    body["status"] = {**body["status"], **status}
+    return body
+
+
+def lws_in_two_cliques() -> tuple[FakeApi, executor.Executor]:
+    """An opted-in LWS of size 4: replica 0 runs two pods in clique a (two nodes free there, so it fits; its third pod
+    waits for something else), replica 1 has nothing placed and clique b has only 3 free nodes."""
+    api = FakeApi(refuse=set())
+    api.objects[(keys.LWS_PLURAL, "w")] = {
+        "apiVersion": keys.LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "w", "namespace": "ns", "uid": "lws-uid",
+                     "annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_ENABLED}},
+        "spec": {"leaderWorkerTemplate": {"size": 4}},
+    }  # fmt: skip
+    running = executor_over(api, "a")
+    for clique in "ab":
+        for index in range(1, 5):
+            node = {
+                "metadata": {"name": f"{clique}{index}", "labels": {keys.GPU_CLIQUE_LABEL: clique}},
+                "status": {"capacity": {keys.GPU_RESOURCE: "4"}},
+            }
+            running.stores.apply_node(f"{clique}{index}", node)
+    running.stores.apply_pod("busy", grove_pod("other", "b1"))
+    running.stores.apply_pod("r0-0", lws_pod("w-0", 0, "a1"))
+    running.stores.apply_pod("r0-1", lws_pod("w-0-1", 0, "a2"))
+    running.stores.apply_pod("r0-2", lws_pod("w-0-2", 0, None))
+    running.stores.apply_pod("r1-0", lws_pod("w-1", 1, None))
+    return api, running
+
+
+def test_each_group_of_a_workload_is_judged_on_its_own_and_posted_once() -> None:
+    api, running = lws_in_two_cliques()
+    for _ in range(3):  # three resyncs, each checking both replicas
+        asyncio.run(fakes.within(running.check_fit("ns", "w-0-2")))
+        asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+        running.on_resync()
+    [warning] = api.events
+    assert warning["message"].startswith("needs 4 nodes in one clique; largest free clique has 3: clique b; pod w-1 ")
+
+
+def test_a_pod_kai_holds_back_for_a_missing_topology_is_no_question_of_room() -> None:
+    api, running = lws_in_two_cliques()
+    missing = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+               "message": "Requested topology nvcf-mnnvl-topology-binding does not exist"}  # fmt: skip
+    running.stores.apply_pod("r1-0", lws_pod("w-1", 1, None, conditions=[missing]))
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    assert api.events == []
+
+
+def test_on_gaining_the_lease_a_standing_verdict_is_posted_again() -> None:
+    """Another replica may have posted newer news while it held the Lease: what this one posted before is no
+    reason to stay silent."""
+    api, running = lws_in_two_cliques()
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    running.on_lease_change(True)
+    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    assert len(api.events) == 2

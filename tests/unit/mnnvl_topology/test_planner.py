@@ -190,7 +190,8 @@ def pod(
 ) -> planner.PodFacts:
     return planner.PodFacts(
         namespace="ns", name=name, node=node_name, live=True, templates=templates, channel_claim=channel, gpu=gpu,
-        unschedulable=False, scope=None, kai=False, slice=None, lws=None, group_index=None, gang=None, owner=None,
+        unschedulable=False, topology_missing=False, scope=None, kai=False, slice=None, lws=None, group_index=None,
+        gang=None, owner=None,
     )  # fmt: skip
 
 
@@ -304,7 +305,11 @@ def census_of(*free: int) -> planner.Census:
 def test_a_group_that_no_clique_can_hold_gets_the_largest_free_clique_named(
     needed: int, census: planner.Census, message: str | None
 ) -> None:
-    assert planner.cannot_fit(needed, census) == message
+    assert message_of(planner.cannot_fit(needed, census)) == message
+
+
+def message_of(verdict: planner.Verdict | None) -> str | None:
+    return None if verdict is None else verdict.message
 
 
 @pytest.mark.parametrize(
@@ -333,13 +338,28 @@ def test_a_partly_placed_group_must_fit_where_its_pods_run(
 ) -> None:
     """KAI keeps a required placement's later pods in the domain of its running ones: the free nodes of other
     cliques do not help the pods still pending."""
-    assert planner.cannot_fit(needed, census, placed) == message
+    assert message_of(planner.cannot_fit(needed, census, placed)) == message
 
 
 def test_the_message_does_not_change_while_the_groups_pods_are_placed_one_by_one() -> None:
     """Once per change of the message: each placed pod takes one free node of its clique, which is no news."""
-    messages = {planner.cannot_fit(5, census_of(4 - running, 4), {"c0": running}) for running in range(1, 5)}
+    messages = {
+        message_of(planner.cannot_fit(5, census_of(4 - running, 4), {"c0": running})) for running in range(1, 5)
+    }
     assert messages == {"needs 5 nodes in one clique; clique c0, where its pods run, has room for 4"}
+
+
+@pytest.mark.parametrize(
+    ("placed", "frees"),
+    [pytest.param({"c0": 1}, (3, 5, 6, 7), id="placed"), pytest.param({}, (3, 4, 5), id="nothing-placed")],
+)
+def test_other_cliques_coming_and_going_is_no_news(placed: dict[str, int], frees: tuple[int, ...]) -> None:
+    """Other workloads change the free nodes of cliques the group does not use: the message may say so, but it
+    is the same verdict, so no second Warning is posted."""
+    verdicts = [planner.cannot_fit(6, census_of(2, free), placed) for free in frees]
+    news = {verdict.news for verdict in verdicts if verdict is not None}
+    messages = {verdict.message for verdict in verdicts if verdict is not None}
+    assert (len(news), len(messages) > 1, None in verdicts) == (1, True, False)
 
 
 def gang(*groups: dict[str, Any], constraint: str | None = None, configs: Any = ()) -> dict[str, Any]:
@@ -362,6 +382,17 @@ def podgroup(name: str, pods: list[str], min_replicas: int, constraint: str | No
 
 PREFILL = podgroup("prefill", ["p-0", "p-1", "p-2"], 2)
 DECODE = podgroup("decode", ["d-0", "d-1"], 2)
+
+
+def test_without_a_constraint_of_its_own_a_gang_follows_its_top_owners_placement() -> None:
+    """KAI's Grove grouper reads `kai.scheduler/topology-required-placement` from the gang's top owner (the
+    PodCliqueSet, or Dynamo's deployment) when the PodGang has no required level; the gang's own level wins."""
+    levels = planner.clique_levels([])
+    group = planner.gang_group(gang(PREFILL, DECODE), "p-1", clique_levels=levels, owner_placement=CLIQUE)
+    assert group is not None
+    assert group.needed == 4
+    own_level = gang(PREFILL, DECODE, constraint=HOST)
+    assert planner.gang_group(own_level, "p-1", clique_levels=levels, owner_placement=CLIQUE) is None
 
 
 @pytest.mark.parametrize(
@@ -452,6 +483,22 @@ def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: planner.PodFacts
              "spec": {"replicas": 2}}, None, id="kai-required-host",
         ),
         pytest.param({"kind": "Job", "metadata": {}, "spec": {"parallelism": 8}}, None, id="not-asked"),
+        pytest.param(
+            {"kind": "Job", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: CLIQUE}},
+             "spec": {"parallelism": 8, "completions": 3}}, 3, id="job-running-its-completions-at-once",
+        ),
+        pytest.param(
+            {"kind": "Job", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: CLIQUE}},
+             "spec": {"parallelism": 4}}, 4, id="job-without-completions",
+        ),
+        pytest.param(
+            {"kind": "Deployment", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: CLIQUE}},
+             "spec": {"replicas": 4}}, None, id="deployment-a-podgroup-per-pod",
+        ),
+        pytest.param(
+            {"kind": "StatefulSet", "metadata": {"annotations": {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: CLIQUE}},
+             "spec": {"replicas": 0}}, 1, id="scaled-to-zero",
+        ),
     ],
 )  # fmt: skip
 def test_the_group_size_comes_from_the_workload_that_asked_for_one_clique(

@@ -20,18 +20,32 @@ def pod(name: str, *, labels: dict[str, str] | None = None, status: Any = UNSCHE
 
 
 GPU = [{"name": "c", "resources": {"limits": {keys.GPU_RESOURCE: "1"}}}]
+KAI = keys.KAI_SCHEDULER_NAME
 
 
 @pytest.mark.parametrize(
     ("body", "kept", "queued"),
     [
         pytest.param(pod("web"), False, [], id="unschedulable-of-no-concern"),
-        pytest.param(pod("kai", schedulerName=keys.KAI_SCHEDULER_NAME), True, [("fit", "ns", "kai")], id="kai"),
+        pytest.param(pod("kai", schedulerName=KAI, containers=GPU), True, [("fit", "ns", "kai")], id="kai"),
+        pytest.param(pod("kai-cpu", schedulerName=KAI), False, [], id="kai-without-gpus"),
         pytest.param(
-            pod("slice", labels={keys.SCOPE_LABEL: keys.SCOPE_SLICE}), True, [("fit", "ns", "slice")], id="slice"
+            pod("kai-web", status={"phase": "Running"}, nodeName="a1", schedulerName=KAI),
+            False,
+            [],
+            id="kai-cpu-running",
         ),
         pytest.param(
-            pod("lws", labels={keys.SCOPE_LABEL: keys.SCOPE_REPLICA}), True, [("fit", "ns", "lws")], id="replica"
+            pod("slice", labels={keys.SCOPE_LABEL: keys.SCOPE_SLICE}, containers=GPU),
+            True,
+            [("fit", "ns", "slice")],
+            id="slice",
+        ),
+        pytest.param(
+            pod("lws", labels={keys.SCOPE_LABEL: keys.SCOPE_REPLICA}, containers=GPU),
+            True,
+            [("fit", "ns", "lws")],
+            id="replica",
         ),
         pytest.param(
             pod("trainer", status={"phase": "Running"}, nodeName="a1", containers=GPU),
@@ -57,14 +71,14 @@ def test_the_census_is_computed_once_until_a_fact_it_reads_changes() -> None:
     first = stores.census()
     assert stores.census() is first  # each fit check of a pass reads the same census
     # A pending pod's status changing touches nothing the census reads.
-    assert stores.apply_pod("p", pod("kai", schedulerName=keys.KAI_SCHEDULER_NAME)) == [("fit", "ns", "kai")]
+    assert stores.apply_pod("p", pod("kai", schedulerName=KAI, containers=GPU)) == [("fit", "ns", "kai")]
     assert stores.census() is first
     assert stores.apply_pod("t", pod("t", status={"phase": "Running"}, nodeName="a1", containers=GPU)) == [state.CENSUS]
     assert stores.census() is not first
 
 
 def running(name: str, node: str, **labels: str) -> dict[str, Any]:
-    return pod(name, labels=labels, status={"phase": "Running"}, nodeName=node, schedulerName=keys.KAI_SCHEDULER_NAME)
+    return pod(name, labels=labels, status={"phase": "Running"}, nodeName=node, schedulerName=KAI, containers=GPU)
 
 
 def test_the_running_pods_of_a_group_are_counted_per_clique_of_their_nodes() -> None:
@@ -78,7 +92,7 @@ def test_the_running_pods_of_a_group_are_counted_per_clique_of_their_nodes() -> 
     stores.apply_pod("3", running("w-2", "b1", **gang))
     stores.apply_pod("4", running("w-3", "x1", **gang))  # unlabelled: outside KAI's topology
     stores.apply_pod("5", running("other", "b1", **{keys.GROVE_PODGANG_LABEL: "h"}))
-    stores.apply_pod("6", pod("w-4", labels=gang, schedulerName=keys.KAI_SCHEDULER_NAME))
+    stores.apply_pod("6", pod("w-4", labels=gang, schedulerName=KAI, containers=GPU))
     pending = stores.unschedulable_pod("ns", "w-4")
     assert pending is not None
     assert stores.placed_cliques(pending, None) == {"a": 2, "b": 1}
@@ -88,3 +102,35 @@ def test_the_running_pods_of_a_group_are_counted_per_clique_of_their_nodes() -> 
     stores.apply_pod("3", None)
     stores.apply_node("uid-a2", None)
     assert stores.placed_cliques(pending, None) == {}
+
+
+def test_a_node_re_registered_under_its_name_keeps_its_clique_whatever_order_the_two_arrive_in() -> None:
+    stores = state.Stores()
+    gang = {keys.GROVE_PODGANG_LABEL: "g"}
+    node = {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}}
+    stores.apply_node("old", node)
+    stores.apply_node("new", node)  # a relist: the new incarnation first, then the old one dropped as gone
+    stores.apply_node("old", None)
+    stores.apply_pod("1", running("w-0", "a1", **gang))
+    stores.apply_pod("2", pod("w-1", labels=gang, schedulerName=KAI, containers=GPU))
+    pending = stores.unschedulable_pod("ns", "w-1")
+    assert pending is not None
+    assert stores.placed_cliques(pending, None) == {"a": 1}
+
+
+def test_a_pod_recreated_under_its_name_counts_once_in_its_slice_and_its_node_once() -> None:
+    stores = state.Stores()
+    stores.apply_node("n", {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}})
+    labels = {keys.SCOPE_LABEL: keys.SCOPE_SLICE, keys.DS_NAME_LABEL: "ds", keys.DS_SLICE_LABEL: "0",
+              keys.DS_REVISION_LABEL: "r"}  # fmt: skip
+    claim = [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "t"}]
+    terminating = pod("w-0", labels=labels, status={"phase": "Running"}, nodeName="a1", resourceClaims=claim)
+    stores.apply_pod("old", terminating | {"metadata": terminating["metadata"] | {"deletionTimestamp": "now"}})
+    stores.apply_pod("new", pod("w-0", labels=labels, resourceClaims=claim))
+    stores.apply_pod(
+        "other", pod("w-1", labels=labels, status={"phase": "Running"}, nodeName="a1", resourceClaims=claim)
+    )
+    assert stores.slice_size("ns", "ds", "0", "r") == 2
+    pending = stores.unschedulable_pod("ns", "w-0")
+    assert pending is not None
+    assert stores.placed_cliques(pending, None) == {"a": 1}  # two pods on one node: one node of the clique

@@ -90,6 +90,10 @@ GROVE_SCHEDULER_API_VERSION: Final = "scheduler.grove.io/v1alpha1"
 GROVE_PODGANG_PLURAL: Final = "podgangs"
 #: On every pod of a Grove workload: the name of its PodGang.
 GROVE_PODGANG_LABEL: Final = "grove.io/podgang"
+#: Dynamo's deployment, which makes PodCliqueSets (and is then the top owner KAI reads).
+DYNAMO_API_VERSION: Final = "nvidia.com/v1alpha1"
+DYNAMO_DEPLOYMENT_KIND: Final = "DynamoGraphDeployment"
+DYNAMO_DEPLOYMENT_PLURAL: Final = "dynamographdeployments"
 
 # --- mnnvl's own keys ----------------------------------------------------------------------------------
 

@@ -21,9 +21,6 @@ KAI_TOPOLOGY_PLURAL = "topologies"
 GROVE_BINDING_API = "grove.io/v1alpha1"
 GROVE_BINDING_PLURAL = "clustertopologybindings"
 CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
-DYNAMO_API_VERSION = "nvidia.com/v1alpha1"
-DYNAMO_DEPLOYMENT_KIND = "DynamoGraphDeployment"
-DYNAMO_DEPLOYMENT_PLURAL = "dynamographdeployments"
 #: Where dry-run probes of namespaced kinds go: the API server creates this namespace itself.
 PROBE_NAMESPACE = "default"
 
@@ -82,13 +79,13 @@ def standin(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
 def install_grove_workload_standins(api: kube.Kube) -> None:
     """Stand-ins for Grove's PodCliqueSet and PodGang (the scheduler API Grove hands KAI) and Dynamo's
     DynamoGraphDeployment (which makes PodCliqueSets), established."""
-    group, version = DYNAMO_API_VERSION.split("/")
+    group, version = keys.DYNAMO_API_VERSION.split("/")
     install(
         api,
         [
             standin(keys.GROVE_GROUP, keys.GROVE_VERSION, keys.GROVE_PODCLIQUESET_KIND, keys.GROVE_PODCLIQUESET_PLURAL),
             standin(keys.GROVE_SCHEDULER_GROUP, keys.GROVE_VERSION, "PodGang", keys.GROVE_PODGANG_PLURAL),
-            standin(group, version, DYNAMO_DEPLOYMENT_KIND, DYNAMO_DEPLOYMENT_PLURAL),
+            standin(group, version, keys.DYNAMO_DEPLOYMENT_KIND, keys.DYNAMO_DEPLOYMENT_PLURAL),
         ],
     )
 

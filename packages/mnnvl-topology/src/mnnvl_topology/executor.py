@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Final
+from typing import Final
 
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
@@ -30,6 +30,16 @@ TOPOLOGY: Final = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
 BINDING: Final = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
 
 
+#: (namespace, *planner.group_key, the group's members when it is part of what its key holds)
+FitKey = tuple[object, ...]
+
+
+@dataclasses.dataclass
+class PostedVerdict:
+    news: tuple[object, ...]
+    pods: set[tuple[str, str]]
+
+
 class IncompletePassError(RuntimeError):
     """Some topology objects could not be written (each reported); the others were, and the pass is retried."""
 
@@ -42,9 +52,13 @@ class Executor:
     warned_foreign: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     #: Topologies already reported as KAI-only while Grove is not served.
     reported_kai_only: set[str] = dataclasses.field(default_factory=set)
-    #: Workload uid → the cannot-fit message last posted and the pods it was about, so each change is posted once
-    #: while the workload has unschedulable pods (forgotten once it has none: a later episode is posted again).
-    fit_warnings: dict[str, tuple[str, set[tuple[str, str]]]] = dataclasses.field(default_factory=dict)
+    #: Group → the cannot-fit verdict last posted and the pods it was about, so each change is posted once while
+    #: the group has unschedulable pods (forgotten once it has none: a later episode is posted again). A workload
+    #: may hold several groups (an LWS's replicas, a set's slices, a PodCliqueSet's gangs), each judged on its own.
+    fit_warnings: dict[FitKey, PostedVerdict] = dataclasses.field(default_factory=dict)
+    #: Objects the fit checks read (owners, gangs), kept until the next resync: many pending pods of one workload
+    #: cost one read per resync, not one each.
+    reads: dict[tuple[str, str, str, str], kube.Object | None] = dataclasses.field(default_factory=dict)
     census_written: str | None = None
     #: Cliques the gauges have a value for.
     published_cliques: set[str] = dataclasses.field(default_factory=set)
@@ -282,13 +296,15 @@ class Executor:
         """Called after every periodic resync: the census is applied again, and the Warnings of workloads none of
         whose pods is unschedulable any more are forgotten, so the next time one cannot fit is posted again."""
         self.forget_census()
-        for uid, (_, pods) in list(self.fit_warnings.items()):
-            if not any(self.stores.unschedulable_pod(*pod) is not None for pod in pods):
-                del self.fit_warnings[uid]
+        self.reads.clear()
+        for group, posted in list(self.fit_warnings.items()):
+            if not any(self.stores.unschedulable_pod(*pod) is not None for pod in posted.pods):
+                del self.fit_warnings[group]
 
     def on_lease_change(self, leading: bool) -> None:
-        if leading:  # another replica wrote the census while it held the Lease
+        if leading:  # another replica wrote the census and may have posted Warnings while it held the Lease
             self.forget_census()
+            self.fit_warnings.clear()
 
     def census_reference(self) -> kube.Object:
         return {
@@ -301,23 +317,26 @@ class Executor:
 
     async def check_fit(self, namespace: str, pod: str) -> None:
         facts = self.stores.unschedulable_pod(namespace, pod)
-        if facts is None:
+        if facts is None or facts.topology_missing:
             return
         group = await self.group_of(facts)
-        if group is None:
+        key: FitKey = (namespace, *planner.group_key(facts))
+        if group is None:  # it no longer asks for one clique: asking again is news
+            for found in [found for found in self.fit_warnings if found[: len(key)] == key]:
+                del self.fit_warnings[found]
             return
-        workload = group.workload
-        uid = str(workload["metadata"]["uid"])
+        key = (*key, group.members)
         placed = self.stores.placed_cliques(facts, group.members)
-        message = planner.cannot_fit(group.needed, self.stores.census(), placed)
-        if message is None:
-            self.fit_warnings.pop(uid, None)
+        verdict = planner.cannot_fit(group.needed, self.stores.census(), placed)
+        if verdict is None:
+            self.fit_warnings.pop(key, None)
             return
-        posted, pods = self.fit_warnings.get(uid, ("", set()))
-        pods.add((namespace, pod))
-        self.fit_warnings[uid] = (message, pods)
-        if posted == message:
+        posted = self.fit_warnings.setdefault(key, PostedVerdict(news=(), pods=set()))
+        posted.pods.add((namespace, pod))
+        if posted.news == verdict.news:
             return
+        posted.news = verdict.news
+        workload = group.workload
         telemetry.CANNOT_FIT.inc()
         log.warning(
             "group cannot fit in one clique",
@@ -326,22 +345,29 @@ class Executor:
         await self.event(
             dict(workload),
             reasons.CLIQUE_TOO_SMALL_REASON,
-            f"{message}; pod {pod} is unschedulable: free nodes in one clique, or make the group smaller",
+            f"{verdict.message}; pod {pod} is unschedulable: free nodes in one clique, or make the group smaller",
             warning=True,
         )
+
+    async def read(self, api_version: str, plural: str, name: str, namespace: str) -> kube.Object | None:
+        """An object a fit check needs, read once per resync (see `reads`)."""
+        key = (api_version, plural, namespace, name)
+        if key not in self.reads:
+            self.reads[key] = await self.client.aget(api_version, plural, name, namespace=namespace)
+        return self.reads[key]
 
     async def group_of(self, facts: planner.PodFacts) -> planner.Group | None:
         """The group an unschedulable pod belongs to, if it asked for one clique (a slice, an opted-in LWS, a Grove
         gang constrained at the clique level, or a KAI required placement at the clique level)."""
         if facts.slice is not None:
-            ds = await self.client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, facts.slice[0], namespace=facts.namespace)
+            ds = await self.read(keys.DS_API_VERSION, keys.DS_PLURAL, facts.slice[0], facts.namespace)
             size = self.stores.slice_size(facts.namespace, *facts.slice)
             return None if ds is None or size == 0 else planner.Group(workload=ds, needed=size)
         levels = planner.clique_levels(self.topologies)
         if facts.gang is not None:
             return await self.gang_of(facts, levels)
         if facts.lws is not None:
-            top = await self.client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, facts.lws, namespace=facts.namespace)
+            top = await self.read(keys.LWS_API_VERSION, keys.LWS_PLURAL, facts.lws, facts.namespace)
         else:
             top = await self.top_owner(facts)
         if top is None:
@@ -351,46 +377,56 @@ class Executor:
 
     async def gang_of(self, facts: planner.PodFacts, levels: frozenset[str]) -> planner.Group | None:
         """A Grove pod's group, from the PodGang Grove hands KAI; its Warning goes on the PodCliqueSet that made
-        the gang or, when Dynamo made that set, on its DynamoGraphDeployment."""
+        the gang or, when Dynamo made that set, on its DynamoGraphDeployment (KAI's top owner, whose annotations it
+        reads when the gang has no constraint of its own)."""
         assert facts.gang is not None
-        gang = await self.client.aget(
-            keys.GROVE_SCHEDULER_API_VERSION, keys.GROVE_PODGANG_PLURAL, facts.gang, namespace=facts.namespace
-        )
-        group = None if gang is None else planner.gang_group(gang, facts.name, clique_levels=levels)
-        if gang is None or group is None:
+        gang = await self.read(keys.GROVE_SCHEDULER_API_VERSION, keys.GROVE_PODGANG_PLURAL, facts.gang, facts.namespace)
+        if gang is None:
             return None
         workload: kube.Object = gang
         owner = _controller(gang)
         if owner is not None and (owner[0], owner[1]) == (keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_KIND):
-            found = await self.client.aget(
-                keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL, owner[2], namespace=facts.namespace
-            )
+            found = await self.read(keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL, owner[2], facts.namespace)
             workload = found or workload
-            made_by = None if found is None else _controller_reference(found)
-            if made_by is not None:
-                workload = planner.reference(made_by, facts.namespace)
-        return dataclasses.replace(group, workload=workload)
+            made_by = None if found is None else _controller(found)
+            if made_by is not None and (made_by[0], made_by[1]) == (
+                keys.DYNAMO_API_VERSION,
+                keys.DYNAMO_DEPLOYMENT_KIND,
+            ):
+                dgd = await self.read(made_by[0], keys.DYNAMO_DEPLOYMENT_PLURAL, made_by[2], facts.namespace)
+                workload = dgd or workload
+        placement = _annotation(gang, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) or _annotation(
+            workload, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION
+        )
+        group = planner.gang_group(gang, facts.name, clique_levels=levels, owner_placement=placement)
+        return None if group is None else dataclasses.replace(group, workload=workload)
 
     async def top_owner(self, facts: planner.PodFacts) -> kube.Object | None:
-        """The end of the pod's chain of controlling owners among the kinds KAI groups (None: no such owner)."""
+        """The end of the pod's chain of controlling owners, whose annotations KAI reads; None when the chain leaves
+        the kinds known here (a CronJob's or a JobSet's Job, an Argo Rollout's ReplicaSet: KAI reads their top
+        owner, which is not looked up) or an owner is gone."""
         top: kube.Object | None = None
         owner = facts.owner
         for _ in range(len(OWNER_PLURALS)):
-            plural = None if owner is None else OWNER_PLURALS.get((owner[0], owner[1]))
-            if owner is None or plural is None:
-                break
-            found = await self.client.aget(owner[0], plural, owner[2], namespace=facts.namespace)
-            if found is None:
-                break
-            top = found
-            owner = _controller(found)
-        return top
-
-
-def _controller_reference(body: kube.Object) -> dict[str, Any] | None:
-    return next((dict(ref) for ref in body["metadata"].get("ownerReferences") or () if ref.get("controller")), None)
+            if owner is None:
+                return top
+            plural = OWNER_PLURALS.get((owner[0], owner[1]))
+            if plural is None:
+                return None
+            top = await self.read(owner[0], plural, owner[2], facts.namespace)
+            if top is None:
+                return None
+            owner = _controller(top)
+        return None
 
 
 def _controller(body: kube.Object) -> tuple[str, str, str] | None:
-    ref = _controller_reference(body)
-    return None if ref is None else (str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"]))
+    for ref in body["metadata"].get("ownerReferences") or ():
+        if ref.get("controller"):
+            return str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"])
+    return None
+
+
+def _annotation(body: kube.Object, key: str) -> str | None:
+    found = (body["metadata"].get("annotations") or {}).get(key)
+    return None if found is None else str(found)

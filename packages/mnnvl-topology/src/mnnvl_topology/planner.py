@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import references
@@ -257,6 +257,8 @@ class PodFacts:
     gpu: bool
     #: Pending, and the scheduler found no node for it.
     unschedulable: bool
+    #: KAI said why, and it is the topology itself (the Topology or its level is missing), not the cliques' room.
+    topology_missing: bool
     #: mnnvl's scope label (slice, replica), and whether KAI Scheduler places it (`spec.schedulerName`).
     scope: str | None
     kai: bool
@@ -268,6 +270,11 @@ class PodFacts:
     #: The Grove PodGang of a Grove workload's pod.
     gang: str | None
     owner: tuple[str, str, str] | None  # (apiVersion, kind, name) of the controlling owner
+
+
+#: What KAI's unschedulable message says when the Topology a workload names, or its level, is missing
+#: (`pkg/scheduler/plugins/topology`): no clique's room is to blame then.
+TOPOLOGY_MISSING_WORDS: Final = ("does not exist", "does not contain a level")
 
 
 def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
@@ -284,11 +291,8 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         if (value := str(amounts.get(keys.GPU_RESOURCE, "0"))) != "0"
     ]
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"]
-    unschedulable = (
-        status.get("phase", "Pending") == "Pending"
-        and not spec.get("nodeName")
-        and any(c.get("status") == "False" and c.get("reason") == "Unschedulable" for c in scheduled)
-    )
+    refusals = [c for c in scheduled if c.get("status") == "False" and c.get("reason") == "Unschedulable"]
+    unschedulable = status.get("phase", "Pending") == "Pending" and not spec.get("nodeName") and bool(refusals)
     slice_of = None
     if labels.get(keys.SCOPE_LABEL) == keys.SCOPE_SLICE and labels.get(keys.DS_NAME_LABEL):
         slice_of = (
@@ -313,6 +317,9 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         channel_claim=live and any(claim.get("name") == keys.CHANNEL_CLAIM_NAME for claim in claims),
         gpu=live and bool(asked),
         unschedulable=unschedulable,
+        topology_missing=any(
+            any(words in str(c.get("message", "")) for words in TOPOLOGY_MISSING_WORDS) for c in refusals
+        ),
         scope=labels.get(keys.SCOPE_LABEL) or None,
         kai=spec.get("schedulerName") == keys.KAI_SCHEDULER_NAME,
         slice=slice_of,
@@ -338,9 +345,12 @@ def gpu_nodes(pods: Iterable[PodFacts]) -> set[str]:
 
 
 def in_placed_group(pod: PodFacts) -> bool:
-    """Whether the pod belongs to a group that may have asked for one clique: a slice or replica scope pod (a
-    DisaggregatedSet slice, an opted-in LWS) or one KAI places (a required placement is on its workload)."""
-    return pod.scope in (keys.SCOPE_SLICE, keys.SCOPE_REPLICA) or pod.kai
+    """Whether the pod belongs to a group that may have asked for one clique and takes a node of it: a slice or
+    replica scope pod (a DisaggregatedSet slice, an opted-in LWS) or one KAI places (a required placement is on its
+    workload), asking for GPUs or holding a claim (a channel, DRA GPUs; one such pod per node in the driver's mode:
+    the check counts nodes). Pods without either are no concern of a clique's room."""
+    takes_a_node = pod.gpu or pod.channel_claim or bool(pod.templates)
+    return (pod.scope in (keys.SCOPE_SLICE, keys.SCOPE_REPLICA) or pod.kai) and takes_a_node
 
 
 def may_need_one_clique(pod: PodFacts) -> bool:
@@ -397,7 +407,7 @@ def clique_levels(topologies: Sequence[configuration.TopologySettings]) -> froze
 class Group:
     """Pods that asked to share one clique, as the fit check sees them."""
 
-    #: What the Warning is about: the workload, or a reference to it (apiVersion, kind, metadata name/uid).
+    #: What the Warning is about: the workload the user wrote.
     workload: Mapping[str, Any]
     #: How many of its pods must be placed in one clique.
     needed: int
@@ -405,37 +415,44 @@ class Group:
     members: frozenset[str] | None = None
 
 
-def reference(owner: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    """An object reference built from an ownerReference, enough for an Event about it."""
-    return {
-        "apiVersion": owner.get("apiVersion"),
-        "kind": owner.get("kind"),
-        "metadata": {"name": owner.get("name"), "namespace": namespace, "uid": owner.get("uid")},
-    }
-
-
 def opted_in_group_size(workload: Mapping[str, Any], *, clique_levels: frozenset[str]) -> int | None:
     """How many nodes of one clique a workload's group needs, when it asked for one clique: an LWS that opted in
     to a ComputeDomain per replica (its `size`), or a workload whose top owner asks KAI for a required placement
-    at the clique level (an LWS's `size`, else its `replicas` or `parallelism`). None: it did not ask."""
+    at the clique level (an LWS's `size`, a Job's pods running at once, else its `replicas`). None: it did not ask,
+    or it is a Deployment, whose every pod KAI places on its own (a PodGroup per pod)."""
     meta = workload.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     spec = workload.get("spec") or {}
-    lws = workload.get("kind") == "LeaderWorkerSet"
-    opted_in = lws and annotations.get(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION) == keys.OPT_IN_ENABLED
-    if not opted_in and annotations.get(keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) not in clique_levels:
+    kind = workload.get("kind")
+    opted_in = (
+        kind == "LeaderWorkerSet" and annotations.get(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION) == keys.OPT_IN_ENABLED
+    )
+    asked = annotations.get(keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) in clique_levels
+    if kind == "Deployment" or not (opted_in or asked):
         return None
-    if lws:
-        return int((spec.get("leaderWorkerTemplate") or {}).get("size") or 1)
-    return int(spec.get("replicas") or spec.get("parallelism") or 1)
+    if kind == "LeaderWorkerSet":
+        return _count(spec.get("leaderWorkerTemplate") or {}, "size")
+    if kind == "Job":
+        return min(_count(spec, "parallelism"), _count(spec, "completions", default=_count(spec, "parallelism")))
+    return _count(spec, "replicas")
 
 
-def gang_group(gang: Mapping[str, Any], pod: str, *, clique_levels: frozenset[str]) -> Group | None:
-    """The part of a Grove PodGang that must share one clique with `pod`: the widest constraint Grove gives KAI at
-    the clique level that covers the pod's PodGroup (the gang's own, a scaling group's in
-    `topologyConstraintGroupConfigs`, or its PodClique's), needing the sum of those PodGroups' `minReplicas` (what
-    KAI gang-schedules). Grove writes node label keys there, never its domain names. None: nothing asks for one
-    clique. The workload is the gang itself; the executor replaces it with the set that made it."""
+def _count(spec: Mapping[str, Any], field: str, *, default: int = 1) -> int:
+    """A count field as Kubernetes defaults it (absent: `default`), never below 1: a group of none cannot be stuck."""
+    value = spec.get(field)
+    return max(1, int(value)) if isinstance(value, int) else default
+
+
+def gang_group(
+    gang: Mapping[str, Any], pod: str, *, clique_levels: frozenset[str], owner_placement: str | None = None
+) -> Group | None:
+    """The part of a Grove PodGang that must share one clique with `pod`: the widest constraint KAI applies at the
+    clique level that covers the pod's PodGroup, needing the sum of those PodGroups' `minReplicas` (what KAI
+    gang-schedules). The constraints: the gang's own (Grove writes node label keys there, never its domain names;
+    when it has none, KAI takes `kai.scheduler/topology-required-placement` from the gang's or its top owner's
+    annotations, `owner_placement`), a scaling group's in `topologyConstraintGroupConfigs`, or the pod's PodClique's.
+    None: nothing asks for one clique. The workload is the gang itself; the executor replaces it with the set that
+    made it."""
     spec = gang.get("spec") or {}
     groups = {str(group.get("name")): group for group in spec.get("podgroups") or ()}
     own = next(
@@ -447,17 +464,16 @@ def gang_group(gang: Mapping[str, Any], pod: str, *, clique_levels: frozenset[st
         None,
     )
 
-    def one_clique(holder: Mapping[str, Any]) -> bool:
-        constraint = (holder.get("topologyConstraint") or {}).get("packConstraint") or {}
-        return constraint.get("required") in clique_levels
+    def required(holder: Mapping[str, Any]) -> object:
+        return ((holder.get("topologyConstraint") or {}).get("packConstraint") or {}).get("required")
 
-    scopes = [list(groups)] if one_clique(spec) else []
+    scopes = [list(groups)] if (required(spec) or owner_placement) in clique_levels else []
     scopes += [
         [str(name) for name in config.get("podGroupNames") or () if name in groups]
         for config in spec.get("topologyConstraintGroupConfigs") or ()
-        if own in (config.get("podGroupNames") or ()) and one_clique(config)
+        if own in (config.get("podGroupNames") or ()) and required(config) in clique_levels
     ]
-    if own is not None and one_clique(groups[own]):
+    if own is not None and required(groups[own]) in clique_levels:
         scopes.append([own])
     if not scopes:
         return None
@@ -470,25 +486,33 @@ def gang_group(gang: Mapping[str, Any], pod: str, *, clique_levels: frozenset[st
     return Group(workload=gang, needed=needed(widest), members=members)
 
 
-def cannot_fit(needed: int, found: Census, placed: Mapping[str, int] | None = None) -> str | None:
-    """The Warning's message when the group cannot have `needed` nodes in one clique (None: it can). `placed`
-    counts the group's pods already running, per clique: the rest must join them (KAI keeps a required placement's
-    later pods in the domain of its running ones), so the clique holding most of them is the only one left; its room
-    is its free nodes plus the group's own, which does not change while the group's pods are being placed."""
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Why a group cannot fit: the Warning's message, and what makes two verdicts the same news (`news`): the free
+    nodes of cliques the group does not use are left out, so other workloads coming and going post nothing."""
+
+    message: str
+    news: tuple[object, ...]
+
+
+def cannot_fit(needed: int, found: Census, placed: Mapping[str, int] | None = None) -> Verdict | None:
+    """Whether the group cannot have `needed` nodes in one clique (None: it can). `placed` counts the nodes where
+    the group's pods already run, per clique: the rest must join them (KAI keeps a required placement's later pods
+    in the domain of its running ones), so the clique holding most of them is the only one left; its room is its
+    free nodes plus the group's own, which does not change while the group's pods are being placed."""
     needs = f"needs {needed} nodes in one clique"
+    largest = found.largest_free()
     if placed:
         home, running = max(sorted(placed.items()), key=lambda item: item[1])
         room = running + found.free_in(home)
         if room >= needed:
             return None
         message = f"{needs}; clique {home}, where its pods run, has room for {room}"
-        largest = found.largest_free()
         if largest is not None and largest.clique != home and largest.free_nodes >= needed:
             message += f"; clique {largest.clique} has {largest.free_nodes} free nodes for the whole group"
-        return message
-    largest = found.largest_free()
+        return Verdict(message, news=(needed, home, room))
     if largest is not None and largest.free_nodes >= needed:
         return None
     if largest is None:
-        return f"{needs}; largest free clique has 0: no node is labelled {keys.GPU_CLIQUE_LABEL}"
-    return f"{needs}; largest free clique has {largest.free_nodes}: clique {largest.clique}"
+        return Verdict(f"{needs}; largest free clique has 0: no node is labelled {keys.GPU_CLIQUE_LABEL}", (needed,))
+    return Verdict(f"{needs}; largest free clique has {largest.free_nodes}: clique {largest.clique}", news=(needed,))

@@ -34,10 +34,11 @@ class Stores:
     unschedulable: indexes.Index[tuple[str, str], planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, *planner.group_key) → (pod, node) of the group's pods running on a node
     placed: indexes.Index[tuple[str, ...], tuple[str, str]] = dataclasses.field(default_factory=indexes.Index)
-    #: node name → its clique label value (None: unlabelled)
-    node_cliques: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    #: slice → uids of its pods that hold mnnvl's channel claim (one node each)
-    slices: indexes.Index[SliceKey, bool] = dataclasses.field(default_factory=indexes.Index)
+    #: node name → the uid of the node of that name seen last (a node re-registered under its name has a new uid,
+    #: and the two may be applied in either order)
+    node_uids: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: slice → names of its pods that hold mnnvl's channel claim (one node each), by pod uid
+    slices: indexes.Index[SliceKey, str] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, claim template) of every ComputeDomain's channel
     channel_templates: indexes.Index[tuple[str, str], bool] = dataclasses.field(default_factory=indexes.Index)
     #: names of the Topologies we created
@@ -64,11 +65,11 @@ class Stores:
 
     def apply_node(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
         gone = self.nodes.pop(uid, None)
-        if gone is not None:
-            self.node_cliques.pop(gone.name, None)
+        if gone is not None and self.node_uids.get(gone.name) == uid:
+            del self.node_uids[gone.name]
         if body is not None:
             facts = self.nodes[uid] = planner.node_facts(body)
-            self.node_cliques[facts.name] = facts.clique
+            self.node_uids[facts.name] = uid
         self.computed = None
         return [CENSUS]
 
@@ -90,7 +91,7 @@ class Stores:
         self.unschedulable.put(uid, {(kept.namespace, kept.name): kept} if fit else {})
         group = (kept.namespace, *planner.group_key(kept))
         self.placed.put(uid, {group: (kept.name, kept.node or "")} if planner.placed_member(kept) else {})
-        self.slices.put(uid, {(kept.namespace, *kept.slice): True} if kept.slice and kept.channel_claim else {})
+        self.slices.put(uid, {(kept.namespace, *kept.slice): kept.name} if kept.slice and kept.channel_claim else {})
         return [*found, (FIT, kept.namespace, kept.name)] if fit else found
 
     def apply_domain(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
@@ -121,17 +122,23 @@ class Stores:
         return self.unschedulable.first((namespace, name))
 
     def slice_size(self, namespace: str, ds: str, slice_: str, revision: str) -> int:
-        return len(self.slices.get((namespace, ds, slice_, revision)))
+        """Its pods by name: a pod recreated under its name while the old one terminates is one member."""
+        return len(set(self.slices.get((namespace, ds, slice_, revision)).values()))
+
+    def clique_of(self, node: str) -> str | None:
+        uid = self.node_uids.get(node)
+        facts = None if uid is None else self.nodes.get(uid)
+        return None if facts is None else facts.clique
 
     def placed_cliques(self, pod: planner.PodFacts, members: frozenset[str] | None) -> dict[str, int]:
-        """Per clique, how many pods of the pod's group run there (of `members` only, when given); pods on nodes
-        without the clique label are left out, as KAI leaves those nodes out of the topology."""
-        counts: dict[str, int] = {}
+        """Per clique, on how many nodes pods of the pod's group run (of `members` only, when given); nodes without
+        the clique label are left out, as KAI leaves them out of the topology."""
+        nodes: dict[str, set[str]] = {}
         for name, node in self.placed.get((pod.namespace, *planner.group_key(pod))).values():
-            clique = self.node_cliques.get(node)
+            clique = self.clique_of(node)
             if clique is not None and (members is None or name in members):
-                counts[clique] = counts.get(clique, 0) + 1
-        return counts
+                nodes.setdefault(clique, set()).add(node)
+        return {clique: len(found) for clique, found in nodes.items()}
 
     def our_topologies(self) -> list[str]:
         return sorted(self.ours.groups())
