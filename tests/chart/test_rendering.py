@@ -83,6 +83,21 @@ def test_every_rendered_object_is_valid_against_its_schema(
             id="unknown-feature-gate",
         ),
         pytest.param(
+            {
+                "topology": {
+                    "enabled": True,
+                    "kaiScheduler": {"installed": True},
+                    "configuration": {
+                        "topologies": [
+                            {"name": "t", "levels": [{"nodeLabel": "h"}], "groveBinding": {"schedulerName": "KAI"}}
+                        ]
+                    },
+                }
+            },
+            "at '/topology/configuration/topologies/0/groveBinding/schedulerName': 'KAI' does not match pattern",
+            id="topology-scheduler-name-not-dns",
+        ),
+        pytest.param(
             {"guardian": {"deletionProtection": "Block"}},
             "at '/guardian/deletionProtection': value must be one of 'Finalizer', 'Deny'",
             id="unknown-deletion-protection",

@@ -532,6 +532,22 @@ def test_the_group_size_comes_from_the_workload_that_asked_for_one_clique(
             "topology 'T_1': name 'T_1' is not a DNS subdomain name; use lowercase letters, digits, '-' and '.'",
             id="not-dns",
         ),
+        pytest.param(
+            {"name": "t", "levels": [{"nodeLabel": CLIQUE}], "groveBinding": {"schedulerName": ""}},
+            "topology 't': groveBinding.schedulerName '' is not a DNS subdomain name; "
+            "use lowercase letters, digits, '-' and '.'",
+            id="empty-scheduler-name",
+        ),
+        pytest.param(
+            {
+                "name": "t",
+                "levels": [{"nodeLabel": CLIQUE}],
+                "groveBinding": {"enabled": False, "schedulerName": "KAI_Scheduler"},
+            },
+            "topology 't': groveBinding.schedulerName 'KAI_Scheduler' is not a DNS subdomain name; "
+            "use lowercase letters, digits, '-' and '.'",
+            id="scheduler-name-not-dns-binding-disabled",
+        ),
     ],
 )
 def test_an_invalid_topology_is_refused_naming_the_entry(document: dict[str, Any], problem: str) -> None:
@@ -539,6 +555,15 @@ def test_an_invalid_topology_is_refused_naming_the_entry(document: dict[str, Any
         models.Configuration.model_validate({"topologies": [document]})
     [error] = failure.value.errors()
     assert (error["loc"], error["ctx"]["error"].args[0]) == (("topologies", 0), problem)
+
+
+def test_a_scheduler_name_shaped_like_kubernetes_own_is_accepted() -> None:
+    named = entry(groveBinding={"schedulerName": "kai.scheduler-2"})
+    binding = planner.desired_binding(named)
+    assert binding is not None
+    assert binding["spec"]["schedulerTopologyBindings"] == [
+        {"schedulerName": "kai.scheduler-2", "topologyReference": "nvl72"}
+    ]
 
 
 def test_two_topologies_with_one_name_are_refused() -> None:

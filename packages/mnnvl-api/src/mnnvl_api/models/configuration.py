@@ -87,6 +87,7 @@ LABEL_KEY: Final = re.compile(
 #: Grove's pattern for `levels[].domain`.
 GROVE_DOMAIN: Final = re.compile(r"^[a-z][a-z0-9-]*$")
 DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN_MAX_LENGTH: Final = 253
 KAI_MAX_LEVELS: Final = 16
 KAI_MAX_LABEL_LENGTH: Final = 316
 GROVE_MAX_LENGTH: Final = 63
@@ -142,8 +143,11 @@ def topology_problems(entry: TopologySettings) -> list[str]:
     names = [("name", entry.name)] + (
         [("groveBinding.name", entry.binding_name)] if entry.grove_binding.enabled else []
     )
+    # Checked as Kubernetes checks a pod's `spec.schedulerName`, even with the binding disabled: unlike the
+    # binding's name it is never derived, so a bad one is always a typo.
+    names.append(("groveBinding.schedulerName", entry.grove_binding.scheduler_name))
     for what, name in names:
-        if len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+        if len(name) > DNS_SUBDOMAIN_MAX_LENGTH or not DNS_SUBDOMAIN.match(name):
             problems.append(f"{what} {name!r} is not a DNS subdomain name; use lowercase letters, digits, '-' and '.'")
     labels = [level.node_label for level in entry.levels]
     if not labels:
