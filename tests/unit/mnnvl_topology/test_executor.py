@@ -12,21 +12,33 @@ import pytest
 from mnnvl_api import events as reasons
 from mnnvl_api import keys, models
 from mnnvl_runtime import identity, kube, leases, metrics, operator, settings
-from mnnvl_topology import executor, state
+from mnnvl_topology import executor, planner, state
 
 from ..mnnvl_runtime import fakes
 
 Object = dict[str, Any]
 LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+#: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `planner.schema_has_aliases` reads it.
+ALIASED_VERSION = {
+    "name": keys.KAI_TOPOLOGY_VERSION,
+    "schema": {
+        "openAPIV3Schema": {
+            "properties": {
+                "spec": {"properties": {"levels": {"items": {"properties": {"alias": {}, "nodeLabel": {}}}}}}
+            }
+        }
+    },
+}
 
 
 class FakeApi:
-    """Grove served, objects by (plural, name); creates and deletes of the names in `refuse` are denied with the
-    API server's message, as Grove's webhook or RBAC deny them."""
+    """The optional APIs in `served` (Grove's by default) served, objects by (plural, name); creates and deletes
+    of the names in `refuse` are denied with the API server's message, as Grove's webhook or RBAC deny them."""
 
-    def __init__(self, refuse: set[str]) -> None:
+    def __init__(self, refuse: set[str], served: tuple[planner.OptionalApi, ...] = (planner.GROVE_BINDINGS,)) -> None:
         self.objects: dict[tuple[str, str], Object] = {}
         self.refuse = refuse
+        self.served = set(served)
         self.events: list[Object] = []
         self.applied: list[Object] = []
 
@@ -34,7 +46,10 @@ class FakeApi:
         if method == "POST":
             self.events.append(kwargs["body"])
             return {}
-        return {"resources": [{"name": keys.GROVE_BINDING_PLURAL}]}
+        listed = [{"name": api.plural} for api in self.served if path == f"/apis/{api.api_version}"]
+        if not listed:
+            raise kube.ApiError(status=404, reason="NotFound")
+        return {"resources": listed}
 
     async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
         return self.objects.get((plural, name))
@@ -71,9 +86,14 @@ def refused(kind: str) -> float:
     return metrics.REGISTRY.get_sample_value("mnnvl_topology_refused_writes_total", {"kind": kind}) or 0.0
 
 
-def executor_over(api: FakeApi, *names: str) -> executor.Executor:
+def executor_over(
+    api: FakeApi,
+    *names: str,
+    levels: list[dict[str, str]] = LEVELS,
+    unwatched: frozenset[planner.OptionalApi] = frozenset(),
+) -> executor.Executor:
     configuration = models.Configuration.model_validate(
-        {"topologies": [{"name": name, "levels": LEVELS} for name in names]}
+        {"topologies": [{"name": name, "levels": levels} for name in names]}
     )
     context = operator.Context(
         identity=identity.Identity(keys.TOPOLOGY_CONTROLLER),
@@ -82,7 +102,11 @@ def executor_over(api: FakeApi, *names: str) -> executor.Executor:
         client=cast(kube.Kube, api),
         elector=cast(leases.LeaderElector, None),  # passes never ask for the Lease
     )
-    return executor.Executor(context, state.Stores())
+    return executor.Executor(context, state.Stores(), unwatched=unwatched)
+
+
+def warnings(api: FakeApi, reason: str) -> list[Object]:
+    return [event for event in api.events if event["type"] == "Warning" and event["reason"] == reason]
 
 
 def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written() -> None:
@@ -337,3 +361,60 @@ def test_on_gaining_the_lease_a_standing_verdict_is_posted_again() -> None:
     running.on_lease_change(True)
     asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
     assert len(api.events) == 2
+
+
+def test_aliases_the_served_schema_cannot_hold_are_reported_once_per_topology_until_it_can() -> None:
+    api = FakeApi(refuse=set())
+    aliased = [
+        {"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"},
+        {"nodeLabel": keys.HOSTNAME_LABEL, "alias": "host"},
+    ]
+    running = executor_over(api, "a", "b", levels=aliased)
+
+    def sync() -> None:
+        asyncio.run(fakes.within(running.sync_topologies()))
+
+    sync()
+    sync()  # said once per topology, however many passes
+    ignored = warnings(api, reasons.TOPOLOGY_ALIASES_IGNORED_REASON)
+    assert [(event["involvedObject"]["kind"], event["involvedObject"]["name"]) for event in ignored] == [
+        (keys.KAI_TOPOLOGY_KIND, "a"),
+        (keys.KAI_TOPOLOGY_KIND, "b"),
+    ]
+    assert ignored[0]["message"].startswith("Topology a is written without its aliases clique, host: ")
+    assert api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")]["spec"]["levels"] == LEVELS
+    # KAI upgraded to v0.17 (the schema gains aliases), then downgraded: said again.
+    api.objects[("customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)] = {"spec": {"versions": [ALIASED_VERSION]}}
+    sync()
+    assert len(warnings(api, reasons.TOPOLOGY_ALIASES_IGNORED_REASON)) == 2
+    del api.objects[("customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)]
+    sync()
+    assert len(warnings(api, reasons.TOPOLOGY_ALIASES_IGNORED_REASON)) == 4
+
+
+def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap() -> None:
+    api = FakeApi(refuse=set(), served=())
+    running = executor_over(api, "a", unwatched=frozenset(planner.OPTIONAL_APIS))
+
+    def restarts() -> list[str]:
+        asyncio.run(fakes.within(running.sync_topologies()))
+        found = warnings(api, reasons.WATCH_NEEDS_RESTART_REASON)
+        assert {(event["involvedObject"]["kind"], event["involvedObject"]["name"]) for event in found} <= {
+            ("ConfigMap", executor.CENSUS_CONFIGMAP)
+        }
+        return [event["message"].split(" ", 1)[0] for event in found]
+
+    assert restarts() == []
+    api.served.add(planner.GROVE_BINDINGS)
+    assert restarts() == ["clustertopologybindings.grove.io"]
+    assert (keys.GROVE_BINDING_PLURAL, "a-binding") in api.objects  # the periodic pass uses it at once
+    assert restarts() == ["clustertopologybindings.grove.io"]
+    api.served.add(planner.COMPUTE_DOMAINS)
+    assert restarts() == ["clustertopologybindings.grove.io", "computedomains.resource.nvidia.com"]
+    assert restarts() == ["clustertopologybindings.grove.io", "computedomains.resource.nvidia.com"]
+
+
+def test_an_api_served_at_start_up_is_watched_and_never_reported() -> None:
+    api = FakeApi(refuse=set(), served=planner.OPTIONAL_APIS)
+    asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
+    assert warnings(api, reasons.WATCH_NEEDS_RESTART_REASON) == []

@@ -145,6 +145,63 @@ def test_a_binding_is_patched_back_when_its_spec_differs() -> None:
     assert planner.decide_binding(desired, None) is planner.Action.CREATE
 
 
+def test_aliases_are_reported_as_dropped_only_where_the_served_schema_has_none() -> None:
+    aliased = entry(levels=[{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST, "alias": "host"}])
+    assert planner.dropped_aliases(aliased, aliases=False) == ["clique", "host"]
+    assert planner.dropped_aliases(aliased, aliases=True) == []
+    assert planner.dropped_aliases(entry(), aliases=False) == []
+    assert planner.aliases_ignored_message("nvl72", ["clique", "host"]) == (
+        "Topology nvl72 is written without its aliases clique, host: the served topologies.kai.scheduler schema has "
+        "no levels[].alias; KAI Scheduler v0.17+ is needed for them, until then name the levels by their nodeLabel"
+    )
+
+
+@pytest.mark.parametrize(
+    ("unwatched", "served", "reported", "due"),
+    [
+        pytest.param(set(), set(planner.OPTIONAL_APIS), set(), [], id="all-watched-since-start-up"),
+        pytest.param(set(planner.OPTIONAL_APIS), set(), set(), [], id="still-not-served"),
+        pytest.param(
+            set(planner.OPTIONAL_APIS),
+            set(planner.OPTIONAL_APIS),
+            set(),
+            [planner.GROVE_BINDINGS, planner.COMPUTE_DOMAINS],
+            id="both-served-since",
+        ),
+        pytest.param(
+            set(planner.OPTIONAL_APIS),
+            set(planner.OPTIONAL_APIS),
+            {planner.GROVE_BINDINGS},
+            [planner.COMPUTE_DOMAINS],
+            id="one-reported-already",
+        ),
+        pytest.param(
+            {planner.GROVE_BINDINGS},
+            set(planner.OPTIONAL_APIS),
+            set(),
+            [planner.GROVE_BINDINGS],
+            id="the-other-watched",
+        ),
+    ],
+)
+def test_an_api_served_since_start_up_is_reported_once(
+    unwatched: set[planner.OptionalApi],
+    served: set[planner.OptionalApi],
+    reported: set[planner.OptionalApi],
+    due: list[planner.OptionalApi],
+) -> None:
+    assert planner.served_since_start_up(unwatched, served, reported) == due
+
+
+def test_the_restart_message_names_the_api_what_is_missed_and_the_restart() -> None:
+    assert planner.restart_message(planner.GROVE_BINDINGS, namespace="mnnvl-system") == (
+        "clustertopologybindings.grove.io is served now but was not when mnnvl-topology started, so it is not "
+        "watched: an edited binding is restored by the periodic pass only, not at once; restart mnnvl-topology to "
+        "watch it, e.g. kubectl -n mnnvl-system rollout restart deployment/mnnvl-topology"
+    )
+    assert planner.COMPUTE_DOMAINS.name == "computedomains.resource.nvidia.com"
+
+
 def test_only_our_topologies_that_left_the_configuration_are_obsolete() -> None:
     assert planner.obsolete(["a", "b"], ["b", "c"]) == ["a"]
 

@@ -21,6 +21,8 @@ TOPOLOGY_CREATED_REASON: Final = "TopologyCreated"
 #: KAI <= v0.16 makes a Topology's levels immutable, and v0.17+ its nodeLabel sequence: changing them recreates it.
 TOPOLOGY_RECREATED_REASON: Final = "TopologyRecreated"
 TOPOLOGY_ALIASES_UPDATED_REASON: Final = "TopologyAliasesUpdated"
+#: Warning: the served Topology schema has no aliases (KAI <= v0.16), so the configured ones are left out.
+TOPOLOGY_ALIASES_IGNORED_REASON: Final = "TopologyAliasesIgnored"
 TOPOLOGY_DELETED_REASON: Final = "TopologyDeleted"
 #: Warning: a Topology or ClusterTopologyBinding with a configured name exists and is not ours (Grove's, a user's).
 UNEXPECTED_TOPOLOGY_OWNER_REASON: Final = "UnexpectedTopologyOwner"
@@ -31,5 +33,8 @@ BINDING_DELETED_REASON: Final = "ClusterTopologyBindingDeleted"
 TOPOLOGY_WRITE_REFUSED_REASON: Final = "TopologyWriteRefused"
 #: Grove's ClusterTopologyBinding API is not served: the topology works with KAI Scheduler only.
 KAI_ONLY_REASON: Final = "GroveBindingSkipped"
+#: Warning, on the census ConfigMap: an API (Grove's bindings, ComputeDomains) is served since start-up and is
+#: watched only after a restart (kopf looks for the resources it watches once, at start-up).
+WATCH_NEEDS_RESTART_REASON: Final = "WatchNeedsRestart"
 #: Warning: a Pending group needs more nodes in one clique than any clique has free.
 CLIQUE_TOO_SMALL_REASON: Final = "NoCliqueFitsGroup"

@@ -52,6 +52,11 @@ class Executor:
     warned_foreign: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     #: Topologies already reported as KAI-only while Grove is not served.
     reported_kai_only: set[str] = dataclasses.field(default_factory=set)
+    #: Topologies already reported as written without their aliases while the served schema has none.
+    reported_aliases_ignored: set[str] = dataclasses.field(default_factory=set)
+    #: Optional APIs not served at start-up, hence never watched by this process; and those reported since.
+    unwatched: frozenset[planner.OptionalApi] = frozenset()
+    reported_served_late: set[planner.OptionalApi] = dataclasses.field(default_factory=set)
     #: Group → the cannot-fit verdict last posted and the pods it was about, so each change is posted once while
     #: the group has unschedulable pods (forgotten once it has none: a later episode is posted again). A workload
     #: may hold several groups (an LWS's replicas, a set's slices, a PodCliqueSet's gangs), each judged on its own.
@@ -86,10 +91,13 @@ class Executor:
         retries it with back-off."""
         crd = await self.client.aget(CRD_API, "customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)
         aliases = planner.schema_has_aliases(crd)
-        grove = await self.grove_served()
+        if aliases:
+            self.reported_aliases_ignored.clear()
+        grove = await self.served(planner.GROVE_BINDINGS)
         telemetry.KAI_ONLY.set(0 if grove else sum(1 for entry in self.topologies if entry.grove_binding.enabled))
         if grove:
             self.reported_kai_only.clear()
+        await self.report_served_late(grove=grove)
         foreign = {keys.KAI_TOPOLOGY_KIND: 0, keys.GROVE_BINDING_KIND: 0}
         refused = [
             entry.name
@@ -119,6 +127,7 @@ class Executor:
                 await self.warn_foreign(found, f"no {keys.GROVE_BINDING_KIND} is created for it")
                 return True  # the binding would bind Grove to a Topology we do not keep in shape
             topology = await self.write_topology(action, desired, found)
+            await self.report_aliases_ignored(entry, topology, aliases=aliases)
             binding = planner.desired_binding(entry)
             if binding is None:
                 return True
@@ -147,14 +156,30 @@ class Executor:
         log.warning("topology write refused", extra={"kind": kind, "object": name, "reason": message})
         await self.event(found or self.census_reference(), reasons.TOPOLOGY_WRITE_REFUSED_REASON, message, warning=True)
 
-    async def grove_served(self) -> bool:
+    async def served(self, api: planner.OptionalApi) -> bool:
+        """Whether discovery lists `api` now."""
         try:
-            found = await self.client.arequest("GET", f"/apis/{keys.GROVE_API_VERSION}")
+            found = await self.client.arequest("GET", f"/apis/{api.api_version}")
         except kube.ApiError as error:
             if error.status == 404:
                 return False
             raise
-        return any(resource.get("name") == keys.GROVE_BINDING_PLURAL for resource in found.get("resources") or ())
+        return any(resource.get("name") == api.plural for resource in found.get("resources") or ())
+
+    async def report_served_late(self, *, grove: bool) -> None:
+        """Say once per process, for each optional API served since start-up, that its watch needs a restart.
+        The Warning is about this controller, so it goes on the census ConfigMap in its namespace (an Event needs
+        an object to be about; that one need not exist), as a refusal of a missing object does."""
+        served = [
+            api
+            for api in self.unwatched - self.reported_served_late
+            if (grove if api is planner.GROVE_BINDINGS else await self.served(api))
+        ]
+        for api in planner.served_since_start_up(self.unwatched, served, self.reported_served_late):
+            self.reported_served_late.add(api)
+            log.warning("api served after start-up, not watched until a restart", extra={"api": api.name})
+            message = planner.restart_message(api, namespace=self.context.process.namespace)
+            await self.event(self.census_reference(), reasons.WATCH_NEEDS_RESTART_REASON, message, warning=True)
 
     async def write_topology(
         self, action: planner.Action, desired: kube.Object, found: kube.Object | None
@@ -223,6 +248,17 @@ class Executor:
             f"with KAI Scheduler only and {keys.GROVE_BINDING_KIND} {entry.binding_name} is created once Grove is "
             "installed",
         )
+
+    async def report_aliases_ignored(
+        self, entry: configuration.TopologySettings, topology: kube.Object, *, aliases: bool
+    ) -> None:
+        dropped = planner.dropped_aliases(entry, aliases=aliases)
+        if not dropped or entry.name in self.reported_aliases_ignored:
+            return
+        self.reported_aliases_ignored.add(entry.name)
+        log.warning("topology aliases ignored", extra={"topology": entry.name, "aliases": dropped})
+        message = planner.aliases_ignored_message(entry.name, dropped)
+        await self.event(topology, reasons.TOPOLOGY_ALIASES_IGNORED_REASON, message, warning=True)
 
     async def remove_obsolete(self, *, grove: bool) -> list[str]:
         """Delete our objects that the configuration no longer names (never anyone else's); the names of those

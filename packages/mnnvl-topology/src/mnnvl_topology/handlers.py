@@ -19,7 +19,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_runtime import operator, preflight, reconciling
 
-from . import executor, state, telemetry
+from . import executor, planner, state, telemetry
 
 RESYNC_SECONDS = 30.0
 #: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
@@ -28,11 +28,16 @@ STORES = state.Stores()
 
 
 class Topologist:
-    def __init__(self, context: operator.Context, stores_: state.Stores, *, compute_domains: bool) -> None:
+    def __init__(
+        self, context: operator.Context, stores_: state.Stores, *, served: frozenset[planner.OptionalApi]
+    ) -> None:
         self.stores = stores_
-        self.executor = executor.Executor(context, stores_)
+        unwatched = frozenset(planner.OPTIONAL_APIS) - served
+        self.executor = executor.Executor(context, stores_, unwatched=unwatched)
+        # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
+        mirrors = stores_.mirrors(compute_domains=planner.COMPUTE_DOMAINS in served)
         self.loop: reconciling.Reconciling[state.Key] = reconciling.Reconciling(
-            context, stores_.mirrors(compute_domains=compute_domains), self.work, kind="Topology", scope="topology"
+            context, mirrors, self.work, kind="Topology", scope="topology"
         )
 
     async def work(self, key: state.Key) -> None:
@@ -60,9 +65,12 @@ def topologist() -> Topologist:
 async def start(memo: Any, **_: Any) -> None:
     global _topologist  # noqa: PLW0603 - one per process, created once kopf runs
     context = operator.context_of(memo)
-    # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
-    served = preflight.is_served(context.client, keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
-    _topologist = Topologist(context, STORES, compute_domains=served)
+    # Startup handlers run before kopf looks, once, for the resources to watch: an API served here is watched, one
+    # served later is not (the periodic pass says so).
+    served = frozenset(
+        api for api in planner.OPTIONAL_APIS if preflight.is_served(context.client, api.api_version, api.plural)
+    )
+    _topologist = Topologist(context, STORES, served=served)
     publisher = _topologist.executor
     context.elector.on_change.append(publisher.on_lease_change)
     memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=publisher.on_resync)

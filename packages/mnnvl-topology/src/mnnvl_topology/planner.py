@@ -129,6 +129,20 @@ def schema_has_aliases(crd: Mapping[str, Any] | None) -> bool:
     return False
 
 
+def dropped_aliases(entry: configuration.TopologySettings, *, aliases: bool) -> list[str]:
+    """The configured aliases `desired_topology` leaves out: all of them where the served schema has none."""
+    return [] if aliases else [level.alias for level in entry.levels if level.alias is not None]
+
+
+def aliases_ignored_message(name: str, dropped: Sequence[str]) -> str:
+    """The Warning for a Topology written without its configured aliases (KAI <= v0.16)."""
+    return (
+        f"{keys.KAI_TOPOLOGY_KIND} {name} is written without its aliases {', '.join(dropped)}: the served "
+        f"{keys.KAI_TOPOLOGY_CRD} schema has no levels[].alias; KAI Scheduler v0.17+ is needed for them, until "
+        "then name the levels by their nodeLabel"
+    )
+
+
 def obsolete(ours: Iterable[str], wanted: Iterable[str]) -> list[str]:
     """Names of our objects the configuration no longer asks for."""
     return sorted(set(ours) - set(wanted))
@@ -146,6 +160,54 @@ def refusal_message(kind: str, name: str, *, status: int | None, body: object) -
         f"{kind} {name} could not be written by {keys.TOPOLOGY_CONTROLLER}: the API server answered {status}"
         + (f": {said}" if said else "")
         + "; the other topologies are still kept, and this one is retried with back-off"
+    )
+
+
+# --- APIs served after start-up -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptionalApi:
+    """An API mnnvl-topology works without and watches when it is served at start-up. kopf looks for the
+    resources it watches only then (CRD scanning is off), so one served later is watched after a restart only."""
+
+    api_version: str
+    plural: str
+    #: What goes unseen until its watch starts.
+    unseen: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.plural}.{self.api_version.partition('/')[0]}"
+
+
+GROVE_BINDINGS = OptionalApi(
+    api_version=keys.GROVE_API_VERSION,
+    plural=keys.GROVE_BINDING_PLURAL,
+    unseen="an edited binding is restored by the periodic pass only, not at once",
+)
+COMPUTE_DOMAINS = OptionalApi(
+    api_version=keys.COMPUTE_DOMAIN_API_VERSION,
+    plural=keys.COMPUTE_DOMAIN_PLURAL,
+    unseen="the clique census does not count pods holding a channel of a ComputeDomain made by hand",
+)
+OPTIONAL_APIS = (GROVE_BINDINGS, COMPUTE_DOMAINS)
+
+
+def served_since_start_up(
+    unwatched: Iterable[OptionalApi], served: Iterable[OptionalApi], reported: Iterable[OptionalApi]
+) -> list[OptionalApi]:
+    """The APIs to report now: not served at start-up (so never watched), served now, and not reported yet."""
+    new = (set(unwatched) & set(served)) - set(reported)
+    return [api for api in OPTIONAL_APIS if api in new]
+
+
+def restart_message(api: OptionalApi, *, namespace: str) -> str:
+    """The Warning for an API served since start-up: what is missed, and the restart that starts its watch."""
+    return (
+        f"{api.name} is served now but was not when {keys.TOPOLOGY_CONTROLLER} started, so it is not watched: "
+        f"{api.unseen}; restart {keys.TOPOLOGY_CONTROLLER} to watch it, e.g. "
+        f"kubectl -n {namespace} rollout restart deployment/{keys.TOPOLOGY_CONTROLLER}"
     )
 
 
