@@ -22,6 +22,7 @@ import yaml
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, crds, testing, thirdparty, versions
+from mnnvl_topology import executor, planner
 
 from . import workloads
 
@@ -329,6 +330,100 @@ def test_a_topology_removed_from_the_configuration_is_deleted(kai: cluster.Testb
     assert still is not None
     assert still["metadata"]["uid"] == kept["metadata"]["uid"]
     assert api.get(*BINDING, name) is not None
+
+
+def test_aliases_are_left_out_with_a_warning_on_kai_v0_16_7(kai: cluster.Testbed, name: str) -> None:
+    """Topology levels are ordered from the widest domain to the narrowest domain."""
+    api = kai.api()
+    aliased = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+    replica = run(kai, {"name": name, "levels": aliased})
+    kind, _, message = wait_event(api, name, events.TOPOLOGY_ALIASES_IGNORED_REASON)
+    assert kind == "Warning"
+    assert message.startswith(f"Topology {name} is written without its aliases clique: ")
+    assert "KAI Scheduler v0.17+ is needed for them" in message
+    topology = get(api, TOPOLOGY, name)
+    assert topology is not None
+    assert levels_of(topology) == CLIQUE_AND_HOST
+    # Said once: a Topology event forces another pass, which must not say it again.
+    another_pass(replica, "topologies", lambda: api.patch(kube.path_of(*TOPOLOGY, name=name), touched()))
+    assert [e[1] for e in reasons_about(api, name)].count(events.TOPOLOGY_ALIASES_IGNORED_REASON) == 1
+
+
+def test_new_node_labels_recreate_the_topology_on_kai_v0_17_0(kai: cluster.Testbed, name: str) -> None:
+    """Topology levels are ordered from the widest domain to the narrowest domain."""
+    upgraded = testing.topology_crds(kai, "kai-v0.17.0")
+    try:
+        api = upgraded.api()
+        aliased = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+        run(upgraded, {"name": name, "levels": aliased})
+        before = wait_object(api, TOPOLOGY, name)
+        assert levels_of(before) == aliased
+        rack = [{"nodeLabel": "example.com/rack", "alias": "rack"}, *aliased]
+        run(upgraded, {"name": name, "levels": rack})
+        after = wait_object(api, TOPOLOGY, name, lambda found: levels_of(found) == rack)
+        assert after["metadata"]["uid"] != before["metadata"]["uid"]
+        wait_event(api, name, events.TOPOLOGY_RECREATED_REASON)
+    finally:
+        controllers.stop(upgraded, keys.TOPOLOGY_CONTROLLER)
+        testing.topology_crds(upgraded, "kai-v0.16.7")
+
+
+def test_a_removed_topology_leaves_a_same_named_one_we_did_not_create(kai: cluster.Testbed, name: str) -> None:
+    """Confirm that the KAI topology exists."""
+    api = kai.api()
+    created = api.create(foreign_topology(name), keys.KAI_TOPOLOGY_PLURAL)
+    run(kai, {"name": name, "levels": CLIQUE_AND_HOST}, {"name": f"{name}-b", "levels": CLIQUE_AND_HOST})
+    wait_event(api, name, events.UNEXPECTED_TOPOLOGY_OWNER_REASON)
+    wait_object(api, TOPOLOGY, f"{name}-b")
+    replica = run(kai, {"name": f"{name}-b", "levels": CLIQUE_AND_HOST})
+    # A pass after the topology left the configuration: the one that would have deleted it.
+    another_pass(replica, "topologies", lambda: api.patch(kube.path_of(*TOPOLOGY, name=f"{name}-b"), touched()))
+    untouched = get(api, TOPOLOGY, name)
+    assert untouched is not None
+    assert (untouched["metadata"]["uid"], untouched["metadata"]["resourceVersion"]) == (
+        created["metadata"]["uid"],
+        created["metadata"]["resourceVersion"],
+    )
+    assert events.TOPOLOGY_DELETED_REASON not in [e[1] for e in reasons_about(api, name)]
+
+
+def restart_warnings(api: kube.Kube, served: str) -> list[str]:
+    """The messages of the Warnings that `served` (an API's name) is served since start-up."""
+    return [
+        message
+        for _, reason, message in reasons_about(api, executor.CENSUS_CONFIGMAP, controllers.NAMESPACE)
+        if reason == events.WATCH_NEEDS_RESTART_REASON and message.startswith(f"{served} is served now")
+    ]
+
+
+def test_grove_installed_after_start_up_gets_bindings_and_a_warning_to_restart(kai: cluster.Testbed, name: str) -> None:
+    """The topologyAwareScheduling toggle enables topology handling in Grove and automatically creates a binding for each configured KAI topology on installation."""
+    api = kai.api()
+    grove = versions.TOPOLOGY_CRDS[kai.topology_crds or "kai-v0.16.7"].grove_binding
+    before = len(restart_warnings(api, planner.GROVE_BINDINGS.name))  # events outlive a test session
+    with without_crd(kai, planner.GROVE_BINDINGS.name, grove):
+        replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+        wait_event(api, name, events.KAI_ONLY_REASON)
+    # Installed again on leaving; once discovery lists it, a Topology event brings the next pass forward.
+    testing.wait_for(
+        lambda: any(
+            resource["name"] == keys.GROVE_BINDING_PLURAL
+            for resource in api.request("GET", f"/apis/{keys.GROVE_API_VERSION}")["resources"]
+        ),
+        what="Grove's binding API in discovery",
+        timeout=TIMEOUT,
+    )
+    topology = kube.path_of(*TOPOLOGY, name=name)
+    another_pass(replica, "topologies", lambda: api.patch(topology, touched()))
+    wait_object(api, BINDING, f"{name}-binding")
+    [message] = restart_warnings(api, planner.GROVE_BINDINGS.name)[before:]
+    assert message.endswith(
+        f"restart mnnvl-topology to watch it, e.g. kubectl -n {controllers.NAMESPACE} rollout restart "
+        "deployment/mnnvl-topology"
+    )
+    # Said once: another pass must not say it again.
+    another_pass(replica, "topologies", lambda: api.patch(topology, touched()))
+    assert len(restart_warnings(api, planner.GROVE_BINDINGS.name)) == before + 1
 
 
 def census(api: kube.Kube) -> dict[str, Any]:
