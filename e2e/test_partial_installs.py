@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from mnnvl_api import keys
+from mnnvl_api.models import configuration
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, release, testing
 from mnnvl_topology import executor as topology
+from mnnvl_topology import planner
 
 from . import workloads
 
@@ -187,6 +189,27 @@ def census(api: kube.Kube) -> kube.Object | None:
     return api.get("v1", "configmaps", topology.CENSUS_CONFIGMAP, namespace=release.NAMESPACE)
 
 
+#: What topology's default configuration makes: NVCF's Topology and its binding.
+DEFAULT_TOPOLOGY_OBJECTS = (
+    (topology.TOPOLOGY, configuration.DEFAULT_TOPOLOGY_NAME),
+    (topology.BINDING, f"{configuration.DEFAULT_TOPOLOGY_NAME}-binding"),
+)
+
+
+@pytest.fixture
+def default_topology_removed(kai: cluster.Testbed) -> Iterator[None]:
+    """Afterwards topology is stopped and the objects its default configuration made are deleted, so the session's
+    later tests do not find them; a same-named object topology did not make is left alone."""
+    yield
+    controllers.stop(kai, TOPOLOGY)
+    api = kai.api()
+    for (api_version, plural), name in DEFAULT_TOPOLOGY_OBJECTS:
+        found = api.get(api_version, plural, name)
+        if found is not None and planner.is_ours(found):
+            api.delete(kube.path_of(api_version, plural, name=name), uid=found["metadata"]["uid"])
+
+
+@pytest.mark.usefixtures("default_topology_removed")
 def test_topology_alone_publishes_the_clique_census(restored: cluster.Testbed, kai: cluster.Testbed) -> None:
     """Topology alone (lws, ds and guardian uninstalled, KAI installed): it starts and publishes its census of
     every clique."""
