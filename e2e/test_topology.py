@@ -130,17 +130,32 @@ def levels_of(topology: kube.Object) -> list[dict[str, str]]:
     return levels
 
 
+def discovered(api: kube.Kube, crd: str) -> bool:
+    """Whether discovery lists the resource of `crd` (`<plural>.<group>`) in any version of its group. Not the group
+    alone: other CRDs may stay in it (the Grove workload stand-ins share `grove.io`)."""
+    plural, _, group = crd.partition(".")
+    group_versions: list[dict[str, str]] = next(
+        (g["versions"] for g in api.request("GET", "/apis")["groups"] if g["name"] == group), []
+    )
+    for version in group_versions:
+        try:
+            resources = api.request("GET", f"/apis/{version['groupVersion']}")["resources"]
+        except kube.ApiError as error:  # the version left discovery since /apis was read
+            if error.status == 404:
+                continue
+            raise
+        if any(resource["name"] == plural for resource in resources):
+            return True
+    return False
+
+
 @contextlib.contextmanager
 def without_crd(testbed: cluster.Testbed, crd: str, shipped: versions.ThirdPartyFile) -> Iterator[None]:
     """The testbed without one upstream CRD for the duration (its objects go with it), installed again after."""
     api = testbed.api()
     api.delete(kube.path_of(crds.CRD_API, "customresourcedefinitions", name=crd))
-    group = crd.split(".", 1)[1]
     testing.wait_for(
-        lambda: (
-            api.get(crds.CRD_API, "customresourcedefinitions", crd) is None
-            and not any(g["name"] == group for g in api.request("GET", "/apis")["groups"])
-        ),
+        lambda: api.get(crds.CRD_API, "customresourcedefinitions", crd) is None and not discovered(api, crd),
         what=f"{crd} to be gone",
         timeout=TIMEOUT,
     )
@@ -406,12 +421,7 @@ def test_grove_installed_after_start_up_gets_bindings_and_a_warning_to_restart(k
         wait_event(api, name, events.KAI_ONLY_REASON)
     # Installed again on leaving; once discovery lists it, a Topology event brings the next pass forward.
     testing.wait_for(
-        lambda: any(
-            resource["name"] == keys.GROVE_BINDING_PLURAL
-            for resource in api.request("GET", f"/apis/{keys.GROVE_API_VERSION}")["resources"]
-        ),
-        what="Grove's binding API in discovery",
-        timeout=TIMEOUT,
+        lambda: discovered(api, planner.GROVE_BINDINGS.name), what="Grove's binding API in discovery", timeout=TIMEOUT
     )
     topology = kube.path_of(*TOPOLOGY, name=name)
     another_pass(replica, "topologies", lambda: api.patch(topology, touched()))
