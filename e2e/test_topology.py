@@ -217,15 +217,28 @@ def test_new_levels_recreate_the_topology_on_kai_v0_16_7(kai: cluster.Testbed, n
     wait_event(api, name, events.TOPOLOGY_RECREATED_REASON)
 
 
-def test_a_new_alias_is_patched_in_place_on_kai_v0_17_0(kai: cluster.Testbed, name: str) -> None:
-    """Topology levels are ordered from the widest domain to the narrowest domain."""
+ALIASED = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
+
+
+@contextlib.contextmanager
+def aliased_on_kai_v0_17_0(kai: cluster.Testbed, name: str) -> Iterator[tuple[cluster.Testbed, kube.Object]]:
+    """KAI v0.17.0's Topology CRD, and the controller's Topology `name` with aliased levels (`ALIASED`), as
+    created; afterwards the controller is stopped and v0.16.7's CRD installed again."""
     upgraded = testing.topology_crds(kai, "kai-v0.17.0")
     try:
+        run(upgraded, {"name": name, "levels": ALIASED})
+        created = wait_object(upgraded.api(), TOPOLOGY, name)
+        assert levels_of(created) == ALIASED
+        yield upgraded, created
+    finally:
+        controllers.stop(upgraded, keys.TOPOLOGY_CONTROLLER)
+        testing.topology_crds(upgraded, "kai-v0.16.7")
+
+
+def test_a_new_alias_is_patched_in_place_on_kai_v0_17_0(kai: cluster.Testbed, name: str) -> None:
+    """Topology levels are ordered from the widest domain to the narrowest domain."""
+    with aliased_on_kai_v0_17_0(kai, name) as (upgraded, before):
         api = upgraded.api()
-        aliased = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
-        run(upgraded, {"name": name, "levels": aliased})
-        before = wait_object(api, TOPOLOGY, name)
-        assert levels_of(before) == aliased
         renamed = [
             {"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "nvlink"},
             {"nodeLabel": keys.HOSTNAME_LABEL, "alias": "host"},
@@ -234,9 +247,6 @@ def test_a_new_alias_is_patched_in_place_on_kai_v0_17_0(kai: cluster.Testbed, na
         after = wait_object(api, TOPOLOGY, name, lambda found: levels_of(found) == renamed)
         assert after["metadata"]["uid"] == before["metadata"]["uid"]
         wait_event(api, name, events.TOPOLOGY_ALIASES_UPDATED_REASON)
-    finally:
-        controllers.stop(upgraded, keys.TOPOLOGY_CONTROLLER)
-        testing.topology_crds(upgraded, "kai-v0.16.7")
 
 
 def foreign_topology(name: str, owner: kube.Object | None = None) -> dict[str, Any]:
@@ -366,21 +376,13 @@ def test_aliases_are_left_out_with_a_warning_on_kai_v0_16_7(kai: cluster.Testbed
 
 def test_new_node_labels_recreate_the_topology_on_kai_v0_17_0(kai: cluster.Testbed, name: str) -> None:
     """Topology levels are ordered from the widest domain to the narrowest domain."""
-    upgraded = testing.topology_crds(kai, "kai-v0.17.0")
-    try:
+    with aliased_on_kai_v0_17_0(kai, name) as (upgraded, before):
         api = upgraded.api()
-        aliased = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
-        run(upgraded, {"name": name, "levels": aliased})
-        before = wait_object(api, TOPOLOGY, name)
-        assert levels_of(before) == aliased
-        rack = [{"nodeLabel": "example.com/rack", "alias": "rack"}, *aliased]
+        rack = [{"nodeLabel": "example.com/rack", "alias": "rack"}, *ALIASED]
         run(upgraded, {"name": name, "levels": rack})
         after = wait_object(api, TOPOLOGY, name, lambda found: levels_of(found) == rack)
         assert after["metadata"]["uid"] != before["metadata"]["uid"]
         wait_event(api, name, events.TOPOLOGY_RECREATED_REASON)
-    finally:
-        controllers.stop(upgraded, keys.TOPOLOGY_CONTROLLER)
-        testing.topology_crds(upgraded, "kai-v0.16.7")
 
 
 def test_a_removed_topology_leaves_a_same_named_one_we_did_not_create(kai: cluster.Testbed, name: str) -> None:

@@ -212,6 +212,19 @@ def owned_by(kind: str, name: str, uid: str, api_version: str = keys.GROVE_API_V
     }
 
 
+def over_two_cliques_of_four(api: FakeApi) -> executor.Executor:
+    """An executor whose nodes are cliques a (a1…a4) and b (b1…b4), four GPUs each."""
+    running = executor_over(api, "a")
+    for clique in "ab":
+        for index in range(1, 5):
+            node = {
+                "metadata": {"name": f"{clique}{index}", "labels": {keys.GPU_CLIQUE_LABEL: clique}},
+                "status": {"capacity": {keys.GPU_RESOURCE: "4"}},
+            }
+            running.stores.apply_node(f"{clique}{index}", node)
+    return running
+
+
 def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, executor.Executor]:
     """Grove's gang of 5 workers for two cliques of 4 free nodes: w-0 runs in clique a, w-1…w-4 are pending."""
     api = FakeApi(refuse=set())
@@ -246,14 +259,7 @@ def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, executor.Executor]:
         "kind": keys.GROVE_PODCLIQUESET_KIND,
         "metadata": {"name": "pcs", "namespace": "ns", "uid": "pcs-uid", **dgd},
     }
-    running = executor_over(api, "a")
-    for clique in "ab":
-        for index in range(1, 5):
-            node = {
-                "metadata": {"name": f"{clique}{index}", "labels": {keys.GPU_CLIQUE_LABEL: clique}},
-                "status": {"capacity": {keys.GPU_RESOURCE: "4"}},
-            }
-            running.stores.apply_node(f"{clique}{index}", node)
+    running = over_two_cliques_of_four(api)
     running.stores.apply_pod("0", grove_pod("w-0", "a1"))
     for index in range(1, 5):
         running.stores.apply_pod(str(index), grove_pod(f"w-{index}", None))
@@ -318,14 +324,7 @@ def lws_in_two_cliques() -> tuple[FakeApi, executor.Executor]:
                      "annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_ENABLED}},
         "spec": {"leaderWorkerTemplate": {"size": 4}},
     }  # fmt: skip
-    running = executor_over(api, "a")
-    for clique in "ab":
-        for index in range(1, 5):
-            node = {
-                "metadata": {"name": f"{clique}{index}", "labels": {keys.GPU_CLIQUE_LABEL: clique}},
-                "status": {"capacity": {keys.GPU_RESOURCE: "4"}},
-            }
-            running.stores.apply_node(f"{clique}{index}", node)
+    running = over_two_cliques_of_four(api)
     running.stores.apply_pod("busy", grove_pod("other", "b1"))
     running.stores.apply_pod("r0-0", lws_pod("w-0", 0, "a1"))
     running.stores.apply_pod("r0-1", lws_pod("w-0-1", 0, "a2"))
