@@ -8,15 +8,19 @@ under `<cache>/sources/` and used through a directory `replace` in the wrapper m
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 
 from . import thirdparty, versions
 
@@ -118,16 +122,32 @@ def staging_modules(kubernetes_version: str) -> list[str]:
 
 
 def ensure_binaries(tools: tuple[versions.GoTool, ...] = versions.ALL_TOOLS) -> dict[str, pathlib.Path]:
-    """Return the path of every tool, building those missing from the cache."""
+    """Return the path of every tool, building those missing from the cache. Processes share the cache: one
+    builds a tool while the others wait for it (`./dev test` builds beside the stages that need no binary)."""
     paths: dict[str, pathlib.Path] = {}
     for tool in tools:
         target = binary_path(tool)
         if not target.exists():
-            started = time.monotonic()
-            _build(tool, target)
-            print(f"built {tool.name} {tool.version} in {time.monotonic() - started:.0f}s", flush=True)
+            with building(tool):
+                if not target.exists():  # built by another process while this one waited
+                    started = time.monotonic()
+                    _build(tool, target)
+                    print(f"built {tool.name} {tool.version} in {time.monotonic() - started:.0f}s", flush=True)
         paths[tool.name] = target
     return paths
+
+
+@contextlib.contextmanager
+def building(tool: versions.GoTool) -> Iterator[None]:
+    """Held while `tool` is built: an exclusive lock on a file of the cache (released by the OS if the holder dies)."""
+    lock = cache_root() / "locks" / f"{tool.name}-{tool.version}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
@@ -171,3 +191,18 @@ def _go(*args: str, cwd: pathlib.Path) -> str:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
         raise BuildError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}", output=result.stdout)
     return result.stdout
+
+
+def main() -> int:
+    """Build every binary the tests need, the chart's tools first (their stage comes first): `./dev test` runs
+    this beside the stages that need none; whatever fails here is built again, and reported, where it is needed."""
+    try:
+        ensure_binaries((*versions.CHART_TOOLS, *versions.ALL_TOOLS))
+    except (BuildError, thirdparty.ThirdPartyError) as error:
+        print(f"prebuild failed (the tests build it again): {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
