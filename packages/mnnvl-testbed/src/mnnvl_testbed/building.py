@@ -16,7 +16,6 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -191,18 +190,3 @@ def _go(*args: str, cwd: pathlib.Path) -> str:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
         raise BuildError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}", output=result.stdout)
     return result.stdout
-
-
-def main() -> int:
-    """Build every binary the tests need, the chart's tools first (their stage comes first): `./dev test` runs
-    this beside the stages that need none; whatever fails here is built again, and reported, where it is needed."""
-    try:
-        ensure_binaries((*versions.CHART_TOOLS, *versions.ALL_TOOLS))
-    except (BuildError, thirdparty.ThirdPartyError) as error:
-        print(f"prebuild failed (the tests build it again): {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
