@@ -121,8 +121,8 @@ def staging_modules(kubernetes_version: str) -> list[str]:
 
 
 def ensure_binaries(tools: tuple[versions.GoTool, ...] = versions.ALL_TOOLS) -> dict[str, pathlib.Path]:
-    """Return the path of every tool, building those missing from the cache. Processes share the cache: one
-    builds a tool while the others wait for it (`./dev test` builds beside the stages that need no binary)."""
+    """Return the path of every tool, building those missing from the cache. Processes share the cache (tests
+    and a demo with state directories of their own, say): one builds a tool while the others wait for it."""
     paths: dict[str, pathlib.Path] = {}
     for tool in tools:
         target = binary_path(tool)
