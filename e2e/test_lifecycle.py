@@ -11,6 +11,7 @@ from mnnvl_testbed import controllers, testing
 
 from . import workloads
 
+HOLD_FINALIZER = "e2e.mnnvl.test/hold"
 LEASE_PATH = kube.path_of("coordination.k8s.io/v1", "leases", namespace=controllers.NAMESPACE, name=keys.LWS_CONTROLLER)
 
 
@@ -21,15 +22,45 @@ def uids(pods: list[kube.Object]) -> set[str]:
 def test_a_restarted_or_replaced_group_gets_a_new_compute_domain(api: kube.Kube, ns: str) -> None:
     """A restarted or replaced group gets a new ComputeDomain."""
     workloads.create_lws(api, ns, workloads.lws_manifest("restart", replicas=2, size=2))
-    before = workloads.group_domains(workloads.wait_groups_running(api, ns, "restart", replicas=2, size=2))
-    api.request("DELETE", kube.path_of("v1", "pods", namespace=ns, name="restart-1-1"))
+    running = workloads.wait_groups_running(api, ns, "restart", replicas=2, size=2)
+    before = workloads.group_domains(running)
+    [old_leader] = [p["metadata"]["uid"] for p in running if p["metadata"]["name"] == "restart-1"]
+    worker = kube.path_of("v1", "pods", namespace=ns, name="restart-1-1")
+    # A kubelet takes the grace period to stop a pod; kwok removes it at once, and upstream LWS restarts the group
+    # only if it reads the worker while it terminates. The finalizer plays the grace period.
+    api.patch(worker, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    try:
+        api.request("DELETE", worker)
+
+        def leader_going() -> bool:
+            # Upstream deletes the leader in the foreground: it stays until the held worker goes.
+            leader = api.get("v1", "pods", "restart-1", namespace=ns)
+            return (
+                leader is None
+                or leader["metadata"]["uid"] != old_leader
+                or bool(leader["metadata"].get("deletionTimestamp"))
+            )
+
+        testing.wait_for(
+            leader_going,
+            what="upstream LWS deleting the leader of the group whose worker was deleted",
+            state=testing.state_of(lambda: workloads.summary(api, ns)),
+            timeout=workloads.TIMEOUT,
+        )
+    finally:
+        api.patch(worker, {"metadata": {"finalizers": None}})
 
     def restarted() -> dict[str, str | None] | None:
         pods = workloads.wait_groups_running(api, ns, "restart", replicas=2, size=2)
         after = workloads.group_domains(pods)
         return after if after["1"] != before["1"] else None
 
-    after = testing.wait_for(restarted, what="group 1 running with a new domain", timeout=workloads.TIMEOUT)
+    after = testing.wait_for(
+        restarted,
+        what="group 1 running with a new domain",
+        state=testing.state_of(lambda: workloads.summary(api, ns)),
+        timeout=workloads.TIMEOUT,
+    )
     assert after["0"] == before["0"]
     workloads.wait_domains(api, ns, {str(after["0"]), str(after["1"])})
     [teardown] = [t for t in testing.teardowns(api, ns) if t["domain"] == before["1"]]
