@@ -21,14 +21,30 @@ class Access:
 
 def is_served(client: kube.Kube, api_version: str, plural: str) -> bool:
     """Whether discovery lists `plural` under `api_version`."""
-    path = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
     try:
-        resources = client.request("GET", path).get("resources") or []
+        return _lists(client.request("GET", _discovery_path(api_version)), plural)
     except kube.ApiError as error:
         if error.status == 404:
             return False
         raise
-    return any(resource.get("name") == plural for resource in resources)
+
+
+async def is_served_now(client: kube.Kube, api_version: str, plural: str) -> bool:
+    """`is_served` from a running event loop (a periodic pass asking whether an API has appeared since)."""
+    try:
+        return _lists(await client.arequest("GET", _discovery_path(api_version)), plural)
+    except kube.ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+
+
+def _discovery_path(api_version: str) -> str:
+    return f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+
+
+def _lists(discovery: kube.Object, plural: str) -> bool:
+    return any(resource.get("name") == plural for resource in discovery.get("resources") or ())
 
 
 def missing_access(client: kube.Kube, wanted: list[Access]) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Final
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
 from mnnvl_api.models import configuration
-from mnnvl_runtime import events, kube, operator
+from mnnvl_runtime import events, kube, operator, preflight
 
 from . import planner, state, telemetry
 
@@ -28,6 +28,8 @@ OWNER_PLURALS: Final = {
 }
 TOPOLOGY: Final = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
 BINDING: Final = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
+PODCLIQUESET: Final = (keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL)
+DYNAMO_DEPLOYMENT: Final = (keys.DYNAMO_API_VERSION, keys.DYNAMO_DEPLOYMENT_PLURAL)
 
 
 #: (namespace, *planner.group_key, the group's members when it is part of what its key holds)
@@ -158,13 +160,7 @@ class Executor:
 
     async def served(self, api: planner.OptionalApi) -> bool:
         """Whether discovery lists `api` now."""
-        try:
-            found = await self.client.arequest("GET", f"/apis/{api.api_version}")
-        except kube.ApiError as error:
-            if error.status == 404:
-                return False
-            raise
-        return any(resource.get("name") == api.plural for resource in found.get("resources") or ())
+        return await preflight.is_served_now(self.client, api.api_version, api.plural)
 
     async def report_served_late(self, *, grove: bool) -> None:
         """Say once per process, for each optional API served since start-up, that its watch needs a restart.
@@ -420,17 +416,12 @@ class Executor:
         if gang is None:
             return None
         workload: kube.Object = gang
-        owner = _controller(gang)
-        if owner is not None and (owner[0], owner[1]) == (keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_KIND):
-            found = await self.read(keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL, owner[2], facts.namespace)
-            workload = found or workload
-            made_by = None if found is None else _controller(found)
-            if made_by is not None and (made_by[0], made_by[1]) == (
-                keys.DYNAMO_API_VERSION,
-                keys.DYNAMO_DEPLOYMENT_KIND,
-            ):
-                dgd = await self.read(made_by[0], keys.DYNAMO_DEPLOYMENT_PLURAL, made_by[2], facts.namespace)
-                workload = dgd or workload
+        set_name = _made_by(gang, keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_KIND)
+        podcliqueset = None if set_name is None else await self.read(*PODCLIQUESET, set_name, facts.namespace)
+        if podcliqueset is not None:
+            made_by = _made_by(podcliqueset, keys.DYNAMO_API_VERSION, keys.DYNAMO_DEPLOYMENT_KIND)
+            deployment = None if made_by is None else await self.read(*DYNAMO_DEPLOYMENT, made_by, facts.namespace)
+            workload = deployment or podcliqueset
         placement = _annotation(gang, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) or _annotation(
             workload, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION
         )
@@ -461,6 +452,12 @@ def _controller(body: kube.Object) -> tuple[str, str, str] | None:
         if ref.get("controller"):
             return str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"])
     return None
+
+
+def _made_by(body: kube.Object, api_version: str, kind: str) -> str | None:
+    """The name of `body`'s controlling owner when it is of that kind."""
+    owner = _controller(body)
+    return owner[2] if owner is not None and owner[:2] == (api_version, kind) else None
 
 
 def _annotation(body: kube.Object, key: str) -> str | None:
