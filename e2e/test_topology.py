@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from mnnvl_api import events, keys
-from mnnvl_runtime import kube
+from mnnvl_runtime import kube, preflight
 from mnnvl_testbed import cluster, controllers, crds, testing, thirdparty, versions
 from mnnvl_topology import executor, planner
 
@@ -137,16 +137,7 @@ def discovered(api: kube.Kube, crd: str) -> bool:
     group_versions: list[dict[str, str]] = next(
         (g["versions"] for g in api.request("GET", "/apis")["groups"] if g["name"] == group), []
     )
-    for version in group_versions:
-        try:
-            resources = api.request("GET", f"/apis/{version['groupVersion']}")["resources"]
-        except kube.ApiError as error:  # the version left discovery since /apis was read
-            if error.status == 404:
-                continue
-            raise
-        if any(resource["name"] == plural for resource in resources):
-            return True
-    return False
+    return any(preflight.is_served(api, version["groupVersion"], plural) for version in group_versions)
 
 
 @contextlib.contextmanager
@@ -360,8 +351,7 @@ def test_a_topology_removed_from_the_configuration_is_deleted(kai: cluster.Testb
 def test_aliases_are_left_out_with_a_warning_on_kai_v0_16_7(kai: cluster.Testbed, name: str) -> None:
     """Topology levels are ordered from the widest domain to the narrowest domain."""
     api = kai.api()
-    aliased = [{"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"}, {"nodeLabel": keys.HOSTNAME_LABEL}]
-    replica = run(kai, {"name": name, "levels": aliased})
+    replica = run(kai, {"name": name, "levels": ALIASED})
     kind, _, message = wait_event(api, name, events.TOPOLOGY_ALIASES_IGNORED_REASON)
     assert kind == "Warning"
     assert message.startswith(f"Topology {name} is written without its aliases clique: ")

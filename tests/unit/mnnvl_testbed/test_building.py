@@ -1,4 +1,5 @@
-"""The binary cache shared by processes: `./dev test` builds beside the stages, which wait for what is building."""
+"""The binary cache shared by processes (tests and a demo with state directories of their own): one builds a tool
+while the others wait for it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Pa
 
 
 def test_a_binary_being_built_is_locked_against_every_other_process() -> None:
-    lock = building.cache_root() / "locks" / f"{versions.HELM.name}-{versions.HELM.version}.lock"
+    lock = building.lock_path(versions.HELM)
     # Another open file of the lock stands for another process.
     with building.building(versions.HELM), lock.open("w") as other, pytest.raises(BlockingIOError):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -49,8 +50,7 @@ def test_a_missing_binary_is_built_once_under_its_lock(monkeypatch: pytest.Monke
     built: list[str] = []
 
     def build(tool: versions.GoTool, target: pathlib.Path) -> None:
-        lock = building.cache_root() / "locks" / f"{tool.name}-{tool.version}.lock"
-        with lock.open("w") as other, pytest.raises(BlockingIOError):
+        with building.lock_path(tool).open("w") as other, pytest.raises(BlockingIOError):
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         built.append(tool.name)
         target.parent.mkdir(parents=True)

@@ -139,7 +139,7 @@ def ensure_binaries(tools: tuple[versions.GoTool, ...] = versions.ALL_TOOLS) -> 
 @contextlib.contextmanager
 def building(tool: versions.GoTool) -> Iterator[None]:
     """Held while `tool` is built: an exclusive lock on a file of the cache (released by the OS if the holder dies)."""
-    lock = cache_root() / "locks" / f"{tool.name}-{tool.version}.lock"
+    lock = lock_path(tool)
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -147,6 +147,10 @@ def building(tool: versions.GoTool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def lock_path(tool: versions.GoTool) -> pathlib.Path:
+    return cache_root() / "locks" / f"{tool.name}-{tool.version}.lock"
 
 
 def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
