@@ -16,6 +16,7 @@ from mnnvl_api.decisions import injection
 from mnnvl_ds import admission, decisions, state
 
 from ..mnnvl_api import pods
+from ..safety import relist
 from ..safety.memory_api import MemoryApi
 from . import build
 
@@ -194,3 +195,50 @@ def test_a_pod_of_a_legacy_leaderworkerset_without_a_slice_label_joins_slice_0()
     api = api_with((keys.DS_PLURAL, build.seed_example()))
     lws = owned_child(api, slice_index=None)
     assert admit(api, build.pod(lws)).domain == D0
+
+
+# --- a DisaggregatedSet deleted and recreated while a relist hid its old child's deletion ------------------
+
+
+def recreated_set(*, new_child_seen: bool) -> tuple[MemoryApi, state.Stores, dict[str, Any]]:
+    """llm-serving and its child are deleted and created again under the same names. The stores saw it all but
+    the old child's DELETED event (a watch relist lost it, and no fresh list has dropped the ghost yet), and,
+    unless `new_child_seen`, the new child's ADDED event. Returns the API, the stores and the new child."""
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    old_child = owned_child(api)
+    api.delete(keys.LWS_PLURAL, build.NS, old_child["metadata"]["name"])
+    api.delete(keys.DS_PLURAL, build.NS, build.DS)
+    api.put(keys.DS_PLURAL, build.seed_example(), manager="kubectl")
+    new_child = owned_child(api)
+    stores = state.Stores()
+    mirrors = {keys.DS_PLURAL: stores.workload_mirror, keys.LWS_PLURAL: stores.child_mirror}
+    stale, fresh = (c["metadata"]["uid"] for c in (old_child, new_child))
+    relist.replay(
+        api,
+        mirrors,
+        lost=lambda event: event == (keys.LWS_PLURAL, "DELETED", stale) or (not new_child_seen and event[2] == fresh),
+    )
+    return api, stores, new_child
+
+
+@pytest.mark.parametrize(
+    "new_child_seen",
+    [
+        pytest.param(True, id="stores-hold-both-children-the-stale-one-first"),
+        pytest.param(False, id="stores-hold-only-the-stale-child"),
+    ],
+)
+def test_a_pod_of_a_recreated_set_gets_its_claim_though_the_stores_hold_the_old_child(new_child_seen: bool) -> None:
+    api, stores, child = recreated_set(new_child_seen=new_child_seen)
+    assert stores.child(build.NS, child["metadata"]["name"]) is not None
+    result = admit(api, build.pod(child), stores)
+    assert (result.domain, result.targets, result.gated) == (D0, ("vllm",), True)
+
+
+def test_the_stores_answer_only_for_the_child_and_set_a_pod_says_it_belongs_to() -> None:
+    pod = build.pod(build.child())
+    assert decisions.stores_agree(pod, build.child_facts(), build.workload())
+    assert not decisions.stores_agree(pod, build.child_facts(owner_uid="previous-set"), build.workload())
+    assert not decisions.stores_agree(pod, build.child_facts(), None)
+    assert not decisions.stores_agree(pod, build.child_facts(revision_hash=build.NEXT_REVISION), build.workload())
+    assert not decisions.stores_agree(pod, build.child_facts(slice_scope=False), build.workload())

@@ -35,12 +35,18 @@ def worker(sts_uid: str | None = "sts-2") -> dict[str, Any]:
     return pod
 
 
+def bind(
+    worker_: dict[str, Any], leader_: dict[str, Any] | None, statefulset_: dict[str, Any] | None
+) -> str | decisions.Retry | None:
+    return decisions.worker_binding(worker_, position(worker_), leader_, statefulset_)
+
+
 def test_a_worker_of_the_current_leader_joins_its_domain() -> None:
-    assert decisions.worker_binding(worker(), leader(), statefulset()) == DOMAIN
+    assert bind(worker(), leader(), statefulset()) == DOMAIN
 
 
 def test_a_worker_made_by_hand_joins_its_live_leaders_domain() -> None:
-    assert decisions.worker_binding(worker(sts_uid=None), leader(), None) == DOMAIN
+    assert bind(worker(sts_uid=None), leader(), None) == DOMAIN
 
 
 @pytest.mark.parametrize(
@@ -59,7 +65,7 @@ def test_a_worker_made_by_hand_joins_its_live_leaders_domain() -> None:
 def test_a_worker_is_not_bound_to_a_leader_incarnation_that_is_not_current(
     worker_: dict[str, Any], leader_: dict[str, Any] | None, statefulset_: dict[str, Any] | None, why: str
 ) -> None:
-    binding = decisions.worker_binding(worker_, leader_, statefulset_)
+    binding = bind(worker_, leader_, statefulset_)
     assert isinstance(binding, decisions.Retry)
     assert why in binding.message
 

@@ -35,10 +35,28 @@ def test_events_of_two_incarnations_of_one_name_commute() -> None:
     assert index.get("domain") == {"new": "d-new"}
 
 
-def test_newest_prefers_the_incarnation_that_is_not_going_away() -> None:
-    index: indexes.Index[str, tuple[str, bool]] = indexes.Index()
-    index.put("old", {"ns/d": ("old", True)})
-    assert index.newest("ns/d", going=lambda value: value[1]) == ("old", True)
-    index.put("new", {"ns/d": ("new", False)})
-    assert index.newest("ns/d", going=lambda value: value[1]) == ("new", False)
-    assert index.newest("ns/other", going=lambda value: value[1]) is None
+def versioned(uid: str, version: str, created: str = "2026-11-30T00:00:00Z") -> dict[str, object]:
+    return {"metadata": {"uid": uid, "resourceVersion": version, "creationTimestamp": created}}
+
+
+def test_newest_is_the_newest_object_not_the_first_one_seen() -> None:
+    """A stale incarnation (its deletion hidden by a relist) is seen first; its successor is the one that exists."""
+    index: indexes.Index[str, str] = indexes.Index()
+    index.put("old", {"ns/d": "old"}, version=indexes.version_of(versioned("old", "5")))
+    assert index.newest("ns/d") == "old"
+    index.put("new", {"ns/d": "new"}, version=indexes.version_of(versioned("new", "12")))
+    assert index.newest("ns/d") == "new"
+    index.put("old", {"ns/d": "old"}, version=indexes.version_of(versioned("old", "9")))  # a late event of the old
+    assert index.newest("ns/d") == "new"
+    index.drop("new")
+    assert index.newest("ns/d") == "old"
+    assert index.newest("ns/other") is None
+
+
+def test_newest_orders_by_creation_where_versions_are_unknown() -> None:
+    index: indexes.Index[str, str] = indexes.Index()
+    later = {"metadata": {"uid": "b", "creationTimestamp": "2026-11-30T00:00:09Z"}}
+    index.put("b", {"k": "later"}, version=indexes.version_of(later))
+    index.put("a", {"k": "earlier"}, version=indexes.version_of(versioned("a", "", "2026-11-30T00:00:01Z")))
+    assert index.newest("k") == "later"
+    assert indexes.version_of({"metadata": {}}) == indexes.UNVERSIONED

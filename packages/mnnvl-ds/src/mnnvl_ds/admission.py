@@ -124,9 +124,8 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
 
     The pod joins the domain of its LeaderWorkerSet's (slice, revision) when that LeaderWorkerSet is in the slice
     scope and its DisaggregatedSet opted in; otherwise it is left alone (no claim, and no gate that nothing would
-    lift). The LeaderWorkerSet and the DisaggregatedSet come from the stores, read afresh when the stores do not
-    know them (yet). The domain is read afresh: a condemned or deleting one admits no one, and only a ready one
-    lets the pod run at once (else it is gated)."""
+    lift), and only on fresh reads (`_slice_workload`). The domain is read afresh: a condemned or deleting one
+    admits no one, and only a ready one lets the pod run at once (else it is gated)."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace", "")
     lws_name = (meta.get("labels") or {}).get(keys.LWS_NAME_LABEL)
@@ -135,15 +134,10 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
         raise admission.reject(
             [errors.forbidden(path, "a slice-scope pod must belong to a LeaderWorkerSet of a DisaggregatedSet")]
         )
-    child = stores.child(namespace, lws_name)
-    if child is None:
-        fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws_name, namespace=namespace)
-        if fresh is None:
-            raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
-        child = state.child_facts(fresh)
-    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
-    if child is None or workload is None:
+    found = await _slice_workload(client, stores, pod, namespace, lws_name)
+    if found is None:
         return injection.PodAdmission(patch=[], errors=[])
+    child, workload = found
     domain = planner.domain_name(workload.name, (child.slice, child.revision))
     ready = await admission.bindable(
         client,
@@ -157,6 +151,29 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
     if admitted.errors:
         raise admission.reject(admitted.errors)
     return admitted
+
+
+async def _slice_workload(
+    client: kube.Api, stores: state.Stores, pod: dict[str, Any], namespace: str, lws_name: str
+) -> tuple[planner.Child, planner.Workload] | None:
+    """The pod's LeaderWorkerSet and its opted-in DisaggregatedSet; None: the pod is not the slice scope's.
+
+    The stores answer only when they hold what the pod says it belongs to (`decisions.stores_agree`) and the
+    answer is to manage the pod. Otherwise (the stores do not know the LeaderWorkerSet yet, hold a stale one, or
+    would leave the pod alone) its LeaderWorkerSet is read afresh and decides: a pod goes without its claim only
+    on what the API says now, never on a store that may lag behind a DisaggregatedSet deleted and recreated."""
+    stored = stores.child(namespace, lws_name)
+    if stored is not None and stored.slice_scope:
+        if decisions.stores_agree(pod, stored, stores.workload(namespace, stored.ds_name)):
+            workload = await _opted_in_workload(client, stores, namespace, stored)
+            if workload is not None:
+                return stored, workload
+    fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws_name, namespace=namespace)
+    if fresh is None:
+        raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
+    child = state.child_facts(fresh)
+    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
+    return None if child is None or workload is None else (child, workload)
 
 
 async def _opted_in_workload(

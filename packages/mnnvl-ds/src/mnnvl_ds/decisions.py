@@ -20,6 +20,8 @@ from mnnvl_api import errors, keys, models, names
 from mnnvl_api.decisions import domains, enrollment, injection, opt_in, ownership, placement, templates
 from mnnvl_api.decisions.patches import JsonPatch
 
+from . import planner
+
 #: The scope label each role scope stamps (none: no label).
 STAMPS = {enrollment.RoleScope.SLICE: keys.SCOPE_SLICE, enrollment.RoleScope.REPLICA: keys.SCOPE_REPLICA}
 #: Every value of the scope label that this controller writes into role templates.
@@ -198,6 +200,22 @@ def position_of(meta: Mapping[str, Any]) -> Position | None:
     if not ds or not revision or not slice_label.isdigit():
         return None
     return Position(ds=ds, slice=int(slice_label), revision=revision, role=labels.get(keys.DS_ROLE_LABEL, ""))
+
+
+def stores_agree(pod: Mapping[str, Any], child: planner.Child, workload: planner.Workload | None) -> bool:
+    """Whether the LeaderWorkerSet and DisaggregatedSet the stores hold are the ones `pod` belongs to: its set
+    labels give the child's position, its scope stamp is the child's, and the stored DisaggregatedSet is the one
+    controlling the child (same uid). A disagreement means a store lags behind the API (an object deleted and
+    recreated under its name while a relist hid the deletion); fresh reads decide then, not the stores."""
+    meta = pod.get("metadata") or {}
+    stored = Position(ds=child.ds_name, slice=child.slice, revision=child.revision, role=child.role)
+    stamped = (meta.get("labels") or {}).get(keys.SCOPE_LABEL) == keys.SCOPE_SLICE
+    return (
+        position_of(meta) == stored
+        and stamped == child.slice_scope
+        and workload is not None
+        and workload.uid == child.owner_uid
+    )
 
 
 def in_slice_scope(lws: Mapping[str, Any]) -> bool:

@@ -87,7 +87,7 @@ class Stores(stores.ScopeStores):
             self.workloads.drop(uid)
             return list(before)
         key = (facts.namespace, facts.name)
-        self.workloads.put(uid, {key: facts})
+        self.workloads.put(uid, {key: facts}, version=indexes.version_of(ds))
         return sorted({*before, key})
 
     def apply_child(self, uid: str, lws: Mapping[str, Any] | None) -> list[NamespacedName]:
@@ -99,17 +99,18 @@ class Stores(stores.ScopeStores):
         if lws is None or child is None:
             return list(before)
         namespace = lws["metadata"].get("namespace", "")
-        self.children.put(uid, {(namespace, child.ds_name): child})
-        self.children_by_name.put(uid, {(namespace, child.name): child})
+        version = indexes.version_of(lws)
+        self.children.put(uid, {(namespace, child.ds_name): child}, version=version)
+        self.children_by_name.put(uid, {(namespace, child.name): child}, version=version)
         return sorted({*before, (namespace, child.ds_name)})
 
     # --- reading -------------------------------------------------------------------------------------------
 
     def workload(self, namespace: str, name: str) -> planner.Workload | None:
-        return self.workloads.newest((namespace, name), going=_deleting)
+        return self.workloads.newest((namespace, name))
 
     def child(self, namespace: str, name: str) -> planner.Child | None:
-        return self.children_by_name.newest((namespace, name), going=_child_deleting)
+        return self.children_by_name.newest((namespace, name))
 
     def snapshot(self, namespace: str, ds: str, *, gate_enabled: bool) -> planner.Snapshot:
         pods = tuple(self.pods.get((namespace, ds)).values())
@@ -154,14 +155,6 @@ class Stores(stores.ScopeStores):
             | set(self.pods.groups())
             | self.managed_workloads()
         )
-
-
-def _deleting(facts: planner.Workload) -> bool:
-    return facts.deleting
-
-
-def _child_deleting(facts: planner.Child) -> bool:
-    return facts.deleting
 
 
 def workload_facts(ds: Mapping[str, Any]) -> planner.Workload | None:

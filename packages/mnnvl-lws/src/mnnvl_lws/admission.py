@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import injection, opt_in, ownership, references
+from mnnvl_api.decisions import domains, injection, opt_in, ownership, references
 from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
@@ -124,20 +124,34 @@ async def _leader_domain(
     owner = ownership.controller_reference(worker["metadata"], "StatefulSet")
     statefulset = await client.aget("apps/v1", "statefulsets", owner["name"], namespace=namespace) if owner else None
     leader = await client.aget("v1", "pods", position.leader, namespace=namespace)
-    binding = decisions.worker_binding(worker, leader, statefulset)
+    binding = decisions.worker_binding(worker, position, leader, statefulset)
     if isinstance(binding, decisions.Retry):
         raise admission.retry(binding.message)
     return binding
 
 
 async def _bindable(client: kube.Api, stores: state.Stores, namespace: str, domain: str, lws: str) -> bool:
-    """Whether a pod joining `domain` may run at once; refuses when the domain is condemned or being deleted."""
-    workload = stores.workload(namespace, lws)
-    return await admission.bindable(
-        client,
-        namespace,
-        domain,
-        owner_uid=None if workload is None else workload.uid,
+    """Whether a pod joining `domain` may run at once: the domain, read afresh (refused when condemned or being
+    deleted), is ready for the LeaderWorkerSet as it is now (`_workload_uid`)."""
+    facts = await admission.joinable(client, namespace, domain)
+    owner_uid = await _workload_uid(client, stores, namespace, lws, facts)
+    return owner_uid is not None and domains.is_ready(
+        facts,
+        owner_uid=owner_uid,
         manager=planner.MANAGER,
         template_exists=stores.shared.template_exists(namespace, names.claim_template_name(domain)),
     )
+
+
+async def _workload_uid(
+    client: kube.Api, stores: state.Stores, namespace: str, lws: str, domain: domains.DomainFacts | None
+) -> str | None:
+    """The uid of the LeaderWorkerSet named `lws` (None: there is none): from the stores, read afresh when they do
+    not know it or name another owner than `domain` does. The stores may still hold a previous LeaderWorkerSet
+    of that name (deleted and recreated while a watch relist hid the deletion)."""
+    known = stores.workload(namespace, lws)
+    if domain is None or (known is not None and known.uid == domain.owner_uid):
+        return None if known is None else known.uid
+    fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws, namespace=namespace)
+    uid = ((fresh or {}).get("metadata") or {}).get("uid")
+    return str(uid) if uid else None

@@ -154,9 +154,13 @@ class Retry:
 
 
 def worker_binding(
-    worker: Mapping[str, Any], leader: Mapping[str, Any] | None, statefulset: Mapping[str, Any] | None
+    worker: Mapping[str, Any],
+    position: PodPosition,
+    leader: Mapping[str, Any] | None,
+    statefulset: Mapping[str, Any] | None,
 ) -> str | Retry | None:
-    """The domain a worker joins: the one recorded by the current incarnation of its leader, read afresh.
+    """The domain a worker at `position` joins: the one recorded by the current incarnation of its leader, read
+    afresh, and checked as the leader's own was at its admission (`leader_domain`).
 
     Upstream LWS ties a worker to its leader by uid: worker → its StatefulSet (controller reference) → the
     leader pod (controller reference). A worker of a previous incarnation, or of a leader that is finished or
@@ -180,7 +184,35 @@ def worker_binding(
             )
     if leader_meta.get("deletionTimestamp") or not references.is_non_terminal(leader):
         return Retry(message=f'leader pod "{leader_name}" is finished or being deleted; its group is being restarted')
-    return references.recorded_domain(leader)
+    return leader_domain(leader, position)
+
+
+def leader_domain(leader: Mapping[str, Any], worker: PodPosition) -> str | Retry | None:
+    """The domain `leader` records, when it is still what the replica scope gave it: a domain name of the worker's
+    group (as the leader's own admission checks, `recorded_name_errors`) that agrees with the channel claim the
+    leader holds. The annotation can be edited after admission; the claim cannot. A leader whose record was
+    changed admits no worker: the worker would join a domain its group does not use. None: the leader records
+    no domain and holds no channel claim (it started while the gate was off)."""
+    recorded = references.recorded_domain(leader)
+    held = references.channel_claim_template(leader)
+    if recorded is None and held is None:
+        return None
+    as_admitted = PodPosition(lws=worker.lws, group=worker.group, pod=worker.leader, leader=worker.leader)
+    if (
+        recorded is None
+        or recorded_name_errors(leader, as_admitted, None)
+        or (held is not None and held != names.claim_template_name(recorded))
+    ):
+        path = errors.annotation_path("", keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+        return Retry(
+            message=(
+                f'{path} of leader pod "{worker.leader}" ({recorded or "missing"}) is not the ComputeDomain mnnvl gave '
+                f'group {worker.group} of LeaderWorkerSet "{worker.lws}"'
+                + (f" (its channel claim uses {held})" if held is not None else "")
+                + "; it was changed after admission: restore it, or delete the leader pod to restart the group"
+            )
+        )
+    return recorded
 
 
 def recorded_name_errors(

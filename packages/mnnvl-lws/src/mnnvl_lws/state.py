@@ -85,13 +85,13 @@ class Stores(stores.ScopeStores):
             deleting=bool(meta.get("deletionTimestamp")),
             opted_in=opt_in.is_opted_in(meta.get("annotations") or {}, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION),
         )
-        self.workloads.put(uid, {workload: facts})
+        self.workloads.put(uid, {workload: facts}, version=indexes.version_of(lws))
         return [workload]
 
     # --- reading -------------------------------------------------------------------------------------------
 
     def workload(self, namespace: str, name: str) -> planner.Workload | None:
-        return self.workloads.newest((namespace, name), going=_deleting)
+        return self.workloads.newest((namespace, name))
 
     def domain_ready(self, namespace: str, name: str, lws: str) -> bool:
         workload = self.workload(namespace, lws)
@@ -130,10 +130,6 @@ class Stores(stores.ScopeStores):
     def workload_keys(self) -> list[NamespacedName]:
         """Every LWS this controller may have work for: known objects, their pods, their domains."""
         return sorted(set(self.workloads.groups()) | set(self.pods.groups()) | self.managed_workloads())
-
-
-def _deleting(facts: planner.Workload) -> bool:
-    return facts.deleting
 
 
 def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planner.PodFacts:

@@ -117,17 +117,24 @@ def retry(message: str) -> kopf.AdmissionError:
     return kopf.AdmissionError(f"{message}; the pod is created again by its controller", code=409)
 
 
-async def bindable(
-    client: kube.Api, namespace: str, domain: str, *, owner_uid: str | None, manager: str, template_exists: bool
-) -> bool:
-    """Whether a pod joining `domain` may run at once: the domain, read afresh, is ready for the workload with
-    `owner_uid` (None: no live workload). Raises `retry` when the domain is condemned or being deleted: a pod bound
-    to it would run without IMEX, and the fenced deletion relies on no pod being admitted onto it."""
+async def joinable(client: kube.Api, namespace: str, domain: str) -> domains.DomainFacts | None:
+    """`domain` read afresh for a pod about to join it (None: it does not exist). Raises `retry` when the domain
+    is condemned or being deleted: a pod bound to it would run without IMEX, and the fenced deletion relies on no
+    pod being admitted onto it."""
     fresh = await client.aget(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=namespace)
     facts = domains.facts_of(fresh) if fresh is not None else None
     refusal = domains.admission_refusal(facts)
     if refusal is not None:
         raise retry(refusal)
+    return facts
+
+
+async def bindable(
+    client: kube.Api, namespace: str, domain: str, *, owner_uid: str | None, manager: str, template_exists: bool
+) -> bool:
+    """Whether a pod joining `domain` may run at once: the domain, read afresh (`joinable`, which refuses a
+    condemned or deleting one), is ready for the workload with `owner_uid` (None: no live workload)."""
+    facts = await joinable(client, namespace, domain)
     return owner_uid is not None and domains.is_ready(
         facts, owner_uid=owner_uid, manager=manager, template_exists=template_exists
     )

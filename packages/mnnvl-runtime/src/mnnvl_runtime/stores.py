@@ -222,7 +222,7 @@ class DomainStores:
         }
         if facts.workload and (manager is None or facts.managed_by == manager):
             contributions[("workload", facts.namespace, facts.workload)] = facts
-        self.compute_domains.put(uid, contributions)
+        self.compute_domains.put(uid, contributions, version=indexes.version_of(body))
 
     def apply_template(self, uid: str, body: Mapping[str, Any] | None) -> None:
         if body is None:
@@ -244,8 +244,8 @@ class DomainStores:
         self.domain_recorders.put(uid, {(namespace, recorded): name} if recorded else {})
 
     def domain(self, namespace: str, name: str) -> domains.DomainFacts | None:
-        """The domain of that name; of two incarnations, the one not being deleted."""
-        return self.compute_domains.newest(("name", namespace, name), going=_deleting)
+        """The domain of that name; of two incarnations, the newer one (`Index.newest`)."""
+        return self.compute_domains.newest(("name", namespace, name))
 
     def domains_of(self, namespace: str, workload: str) -> list[domains.DomainFacts]:
         return list(self.compute_domains.get(("workload", namespace, workload)).values())
@@ -278,10 +278,6 @@ class DomainStores:
                 else:
                     counts["pending"] += 1
         return counts
-
-
-def _deleting(facts: domains.DomainFacts) -> bool:
-    return facts.deleting
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,15 @@ def recorded_domain(pod: Mapping[str, Any]) -> str | None:
     return str(found) if found else None
 
 
+def channel_claim_template(pod: Mapping[str, Any]) -> str | None:
+    """The ResourceClaimTemplate of the pod's channel claim (None: it holds none). Unlike the recorded domain, which
+    anyone who may edit the pod can change, a pod's claims are fixed at its admission."""
+    for claim in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if claim.get("name") == keys.CHANNEL_CLAIM_NAME and claim.get("resourceClaimTemplateName"):
+            return str(claim["resourceClaimTemplateName"])
+    return None
+
+
 def is_non_terminal(pod: Mapping[str, Any]) -> bool:
     """A pod counts until it has Succeeded or Failed; a terminating pod still runs and still counts."""
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
