@@ -200,19 +200,27 @@ def test_a_pod_of_a_legacy_leaderworkerset_without_a_slice_label_joins_slice_0()
 # --- a DisaggregatedSet deleted and recreated while a relist hid its old child's deletion ------------------
 
 
+def stored_uid(api: MemoryApi, plural: str, name: str) -> str:
+    stored = api.get(plural, build.NS, name)
+    assert stored is not None
+    uid: str = stored["metadata"]["uid"]
+    return uid
+
+
 def recreated_set(*, new_child_seen: bool) -> tuple[MemoryApi, state.Stores, dict[str, Any]]:
     """llm-serving and its child are deleted and created again under the same names. The stores saw it all but
     the old child's DELETED event (a watch relist lost it, and no fresh list has dropped the ghost yet), and,
     unless `new_child_seen`, the new child's ADDED event. Returns the API, the stores and the new child."""
     api = api_with((keys.DS_PLURAL, build.seed_example()))
-    old_child = owned_child(api)
-    api.delete(keys.LWS_PLURAL, build.NS, old_child["metadata"]["name"])
+    name = owned_child(api)["metadata"]["name"]
+    stale = stored_uid(api, keys.LWS_PLURAL, name)
+    api.delete(keys.LWS_PLURAL, build.NS, name)
     api.delete(keys.DS_PLURAL, build.NS, build.DS)
     api.put(keys.DS_PLURAL, build.seed_example(), manager="kubectl")
     new_child = owned_child(api)
+    fresh = stored_uid(api, keys.LWS_PLURAL, name)
     stores = state.Stores()
     mirrors = {keys.DS_PLURAL: stores.workload_mirror, keys.LWS_PLURAL: stores.child_mirror}
-    stale, fresh = (c["metadata"]["uid"] for c in (old_child, new_child))
     relist.replay(
         api,
         mirrors,
@@ -230,7 +238,8 @@ def recreated_set(*, new_child_seen: bool) -> tuple[MemoryApi, state.Stores, dic
 )
 def test_a_pod_of_a_recreated_set_gets_its_claim_though_the_stores_hold_the_old_child(new_child_seen: bool) -> None:
     api, stores, child = recreated_set(new_child_seen=new_child_seen)
-    assert stores.child(build.NS, child["metadata"]["name"]) is not None
+    held = stores.children_by_name.get((build.NS, child["metadata"]["name"]))
+    assert len(held) == (2 if new_child_seen else 1)  # the old child is still there
     result = admit(api, build.pod(child), stores)
     assert (result.domain, result.targets, result.gated) == (D0, ("vllm",), True)
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import kopf
+import pytest
+
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
 from mnnvl_lws import admission, state
 
+from ..safety import relist
 from ..safety.memory_api import MemoryApi
 from . import build
 
@@ -34,3 +38,106 @@ def test_a_leader_of_an_opted_in_workload_gets_a_fresh_domain_and_the_gate_even_
     assert admitted.domain == names.replica_domain_name("deepseek-r1", 0, "bcdfg")
     assert admitted.gated
     assert admitted.targets == ("vllm",)
+
+
+# --- a worker's leader and domain, read afresh ----------------------------------------------------------
+
+DOMAIN = names.replica_domain_name("deepseek-r1", 0, "x7k2b")
+
+
+def stored_uid(api: MemoryApi, plural: str, name: str) -> str:
+    stored = api.get(plural, "serving", name)
+    assert stored is not None
+    uid: str = stored["metadata"]["uid"]
+    return uid
+
+
+def running_group(api: MemoryApi, *, recorded: str | None = DOMAIN) -> dict[str, Any]:
+    """Group 0 of the LeaderWorkerSet in `api`: its leader admitted onto DOMAIN (claim and record) and running,
+    its worker StatefulSet, and DOMAIN made by mnnvl-lws for that LeaderWorkerSet. The leader's record is then
+    `recorded` (someone may edit or remove it). Returns the worker pod to admit."""
+    record = {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: recorded} if recorded is not None else {}
+    leader = build.pod("deepseek-r1-0", annotations=record)
+    leader["spec"]["resourceClaims"] = [
+        {"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": names.claim_template_name(DOMAIN)}
+    ]
+    leader["status"] = {"phase": "Running"}
+    api.put("pods", leader, manager="kubelet")
+    owner = {
+        "kind": "Pod",
+        "name": "deepseek-r1-0",
+        "uid": stored_uid(api, "pods", "deepseek-r1-0"),
+        "controller": True,
+    }
+    api.put(
+        "statefulsets",
+        {"metadata": {"name": "deepseek-r1-0", "namespace": "serving", "ownerReferences": [owner]}},
+        manager="lws",
+    )
+    domain = build.domain_object(DOMAIN)
+    domain["metadata"]["labels"][keys.OWNER_UID_LABEL] = stored_uid(api, keys.LWS_PLURAL, "deepseek-r1")
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain, manager=keys.LWS_CONTROLLER)
+    worker = build.pod("deepseek-r1-0-1", leader="deepseek-r1-0")
+    sts = {
+        "kind": "StatefulSet",
+        "name": "deepseek-r1-0",
+        "uid": stored_uid(api, "statefulsets", "deepseek-r1-0"),
+        "controller": True,
+    }
+    worker["metadata"]["ownerReferences"] = [sts]
+    return worker
+
+
+def test_a_worker_joins_its_leaders_ready_domain_and_runs_at_once() -> None:
+    api = api_with(build.opted_in())
+    worker = running_group(api)
+    stores = state.Stores()
+    relist.replay(api, {keys.LWS_PLURAL: stores.workload_mirror, "resourceclaimtemplates": stores.template_mirror})
+    admitted = admit(api, stores, worker)
+    assert (admitted.domain, admitted.gated) == (DOMAIN, False)
+
+
+@pytest.mark.parametrize(
+    "new_seen",
+    [
+        pytest.param(True, id="stores-hold-both-incarnations-the-stale-one-first"),
+        pytest.param(False, id="stores-hold-only-the-stale-incarnation"),
+    ],
+)
+def test_a_worker_of_a_recreated_leaderworkerset_joins_its_ready_domain_though_the_stores_hold_the_old_one(
+    new_seen: bool,
+) -> None:
+    """The LeaderWorkerSet was deleted and created again under its name; a relist lost the old one's DELETED
+    event (and, unless `new_seen`, the new one's ADDED event). The domain is the new one's, and ready."""
+    api = api_with(build.opted_in())
+    stale = stored_uid(api, keys.LWS_PLURAL, "deepseek-r1")
+    api.delete(keys.LWS_PLURAL, "serving", "deepseek-r1")
+    api.put(keys.LWS_PLURAL, {"metadata": {**build.opted_in()["metadata"]}}, manager="kubectl")
+    fresh = stored_uid(api, keys.LWS_PLURAL, "deepseek-r1")
+    worker = running_group(api)
+    stores = state.Stores()
+    relist.replay(
+        api,
+        {keys.LWS_PLURAL: stores.workload_mirror, "resourceclaimtemplates": stores.template_mirror},
+        lost=lambda event: event == (keys.LWS_PLURAL, "DELETED", stale) or (not new_seen and event[2] == fresh),
+    )
+    assert len(stores.workloads.get(("serving", "deepseek-r1"))) == (2 if new_seen else 1)  # the old one is there
+    admitted = admit(api, stores, worker)
+    assert (admitted.domain, admitted.gated) == (DOMAIN, False)
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        pytest.param(names.replica_domain_name("deepseek-r1", 1, "x7k2b"), id="another-groups-domain"),
+        pytest.param(names.replica_domain_name("deepseek-r1", 0, "bcdfg"), id="another-domain-of-its-group"),
+        pytest.param("someone-elses-domain", id="a-name-mnnvl-never-derives"),
+        pytest.param(None, id="record-removed"),
+    ],
+)
+def test_a_leader_whose_record_was_edited_after_admission_cannot_steer_its_worker(recorded: str | None) -> None:
+    api = api_with(build.opted_in())
+    worker = running_group(api, recorded=recorded)
+    with pytest.raises(kopf.AdmissionError, match="it was changed after admission") as refused:
+        admit(api, state.Stores(), worker)
+    assert f'leader pod "deepseek-r1-0" ({recorded or "missing"})' in str(refused.value)

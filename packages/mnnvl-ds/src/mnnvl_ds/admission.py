@@ -163,11 +163,11 @@ async def _slice_workload(
     would leave the pod alone) its LeaderWorkerSet is read afresh and decides: a pod goes without its claim only
     on what the API says now, never on a store that may lag behind a DisaggregatedSet deleted and recreated."""
     stored = stores.child(namespace, lws_name)
-    if stored is not None and stored.slice_scope:
-        if decisions.stores_agree(pod, stored, stores.workload(namespace, stored.ds_name)):
-            workload = await _opted_in_workload(client, stores, namespace, stored)
-            if workload is not None:
-                return stored, workload
+    agreed = stored is not None and decisions.stores_agree(pod, stored, stores.workload(namespace, stored.ds_name))
+    if stored is not None and agreed and stored.slice_scope:
+        workload = await _opted_in_workload(client, stores, namespace, stored)
+        if workload is not None:
+            return stored, workload
     fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws_name, namespace=namespace)
     if fresh is None:
         raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')

@@ -83,7 +83,7 @@ class Stores(stores.ScopeStores):
     def apply_workload(self, uid: str, ds: Mapping[str, Any] | None) -> list[NamespacedName]:
         before = self.workloads.groups_of(uid)
         facts = None if ds is None else workload_facts(ds)
-        if facts is None:
+        if ds is None or facts is None:
             self.workloads.drop(uid)
             return list(before)
         key = (facts.namespace, facts.name)
