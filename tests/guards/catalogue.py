@@ -27,4 +27,47 @@ class Guard:
     replace: str
 
 
-GUARDS: tuple[Guard, ...] = ()
+GUARDS: tuple[Guard, ...] = (
+    Guard(
+        name="newest-prefers-newest",
+        keeps="a stale store entry (deletion hidden by a relist) never shadows its same-named successor",
+        path="packages/mnnvl-runtime/src/mnnvl_runtime/indexes.py",
+        find="newest = max(found, key=lambda obj: self._versions.get(obj, UNVERSIONED))",
+        replace="newest = next(iter(found))",
+    ),
+    Guard(
+        name="ds-no-claim-only-on-fresh-reads",
+        keeps="a slice pod is admitted without claim and gate only when the API, read afresh, says so",
+        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
+        find="        if workload is not None:\n            return stored, workload\n",
+        replace="        return (stored, workload) if workload is not None else None\n",
+    ),
+    Guard(
+        name="ds-read-afresh-on-mismatch",
+        keeps="the stores answer for a slice pod only when they hold the child and set the pod belongs to",
+        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
+        find="if stored is not None and agreed and stored.slice_scope:",
+        replace="if stored is not None and stored.slice_scope:",
+    ),
+    Guard(
+        name="lws-read-afresh-on-mismatch",
+        keeps="a replica pod is bound against the LeaderWorkerSet that exists, not a previous one the stores hold",
+        path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
+        find="if domain is None or (known is not None and known.uid == domain.owner_uid):",
+        replace="if True:",
+    ),
+    Guard(
+        name="worker-derived-domain",
+        keeps="one group, one domain: a leader's edited record cannot steer its worker onto another domain",
+        path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
+        find="    return leader_domain(leader, position)\n",
+        replace="    return references.recorded_domain(leader)\n",
+    ),
+    Guard(
+        name="worker-leader-uid",
+        keeps="one group, one domain: a worker binds to the current incarnation of its leader only",
+        path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
+        find='if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
+        replace="if False:",
+    ),
+)

@@ -207,39 +207,47 @@ def stored_uid(api: MemoryApi, plural: str, name: str) -> str:
     return uid
 
 
-def recreated_set(*, new_child_seen: bool) -> tuple[MemoryApi, state.Stores, dict[str, Any]]:
-    """llm-serving and its child are deleted and created again under the same names. The stores saw it all but
-    the old child's DELETED event (a watch relist lost it, and no fresh list has dropped the ghost yet), and,
-    unless `new_child_seen`, the new child's ADDED event. Returns the API, the stores and the new child."""
-    api = api_with((keys.DS_PLURAL, build.seed_example()))
+def recreated_set(
+    *, old_set: dict[str, Any], stale: frozenset[str], unseen: frozenset[str]
+) -> tuple[MemoryApi, state.Stores, dict[str, Any]]:
+    """llm-serving (first as `old_set`) and its child are deleted and created again under the same names, opted in.
+    The stores saw it all but the DELETED events of the old objects in `stale` (a watch relist lost them, and no
+    fresh list has dropped the ghosts yet) and the ADDED events of the new objects in `unseen` ("set", "child").
+    Returns the API, the stores and the new child."""
+    api = api_with((keys.DS_PLURAL, old_set))
     name = owned_child(api)["metadata"]["name"]
-    stale = stored_uid(api, keys.LWS_PLURAL, name)
+    old = {"set": stored_uid(api, keys.DS_PLURAL, build.DS), "child": stored_uid(api, keys.LWS_PLURAL, name)}
     api.delete(keys.LWS_PLURAL, build.NS, name)
     api.delete(keys.DS_PLURAL, build.NS, build.DS)
     api.put(keys.DS_PLURAL, build.seed_example(), manager="kubectl")
     new_child = owned_child(api)
-    fresh = stored_uid(api, keys.LWS_PLURAL, name)
+    new = {"set": stored_uid(api, keys.DS_PLURAL, build.DS), "child": stored_uid(api, keys.LWS_PLURAL, name)}
+    lost = {old[kind] for kind in stale} | {new[kind] for kind in unseen}
     stores = state.Stores()
     mirrors = {keys.DS_PLURAL: stores.workload_mirror, keys.LWS_PLURAL: stores.child_mirror}
     relist.replay(
-        api,
-        mirrors,
-        lost=lambda event: event == (keys.LWS_PLURAL, "DELETED", stale) or (not new_child_seen and event[2] == fresh),
+        api, mirrors, lost=lambda event: event[2] in lost and (event[1] == "DELETED" or event[2] in new.values())
     )
     return api, stores, new_child
 
 
+CHILD, SET = frozenset({"child"}), frozenset({"set"})
+
+
 @pytest.mark.parametrize(
-    "new_child_seen",
+    ("old_set", "stale", "unseen"),
     [
-        pytest.param(True, id="stores-hold-both-children-the-stale-one-first"),
-        pytest.param(False, id="stores-hold-only-the-stale-child"),
+        pytest.param(build.seed_example(), CHILD, frozenset(), id="stores-hold-both-children-the-stale-one-first"),
+        pytest.param(build.seed_example(), CHILD, CHILD, id="stores-hold-only-the-stale-child"),
+        pytest.param(build.ds(), CHILD | SET, CHILD | SET, id="stores-hold-only-the-old-set-opted-out-and-its-child"),
     ],
 )
-def test_a_pod_of_a_recreated_set_gets_its_claim_though_the_stores_hold_the_old_child(new_child_seen: bool) -> None:
-    api, stores, child = recreated_set(new_child_seen=new_child_seen)
+def test_a_pod_of_a_recreated_set_gets_its_claim_though_the_stores_hold_the_old_child(
+    old_set: dict[str, Any], stale: frozenset[str], unseen: frozenset[str]
+) -> None:
+    api, stores, child = recreated_set(old_set=old_set, stale=stale, unseen=unseen)
     held = stores.children_by_name.get((build.NS, child["metadata"]["name"]))
-    assert len(held) == (2 if new_child_seen else 1)  # the old child is still there
+    assert len(held) == (1 if "child" in unseen else 2)  # the old child is still there
     result = admit(api, build.pod(child), stores)
     assert (result.domain, result.targets, result.gated) == (D0, ("vllm",), True)
 
@@ -251,3 +259,17 @@ def test_the_stores_answer_only_for_the_child_and_set_a_pod_says_it_belongs_to()
     assert not decisions.stores_agree(pod, build.child_facts(), None)
     assert not decisions.stores_agree(pod, build.child_facts(revision_hash=build.NEXT_REVISION), build.workload())
     assert not decisions.stores_agree(pod, build.child_facts(slice_scope=False), build.workload())
+
+
+def test_a_stored_child_whose_position_is_not_the_pods_is_read_afresh() -> None:
+    """The stores hold another LeaderWorkerSet of this name (slice 1) than the API (slice 0): the pod's own labels
+    disagree with it, so the API decides and the pod joins slice 0's domain, not slice 1's."""
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    child = owned_child(api)
+    stale = copy.deepcopy(child)
+    stale["metadata"].update(uid="uid-stale", resourceVersion="1")
+    stale["metadata"]["labels"][keys.DS_SLICE_LABEL] = "1"
+    stores = state.Stores()
+    relist.replay(api, {keys.DS_PLURAL: stores.workload_mirror})
+    stores.child_mirror.observe(stale, deleted=False)
+    assert admit(api, build.pod(child), stores).domain == D0

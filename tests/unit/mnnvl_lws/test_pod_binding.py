@@ -99,3 +99,23 @@ def test_a_worker_may_only_record_its_leaders_domain() -> None:
     assert decisions.recorded_name_errors(own, position(own), DOMAIN) == []
     (error,) = decisions.recorded_name_errors(own, position(own), "deepseek-r1-0-bbbbb")
     assert 'not the ComputeDomain of leader pod "deepseek-r1-0" (deepseek-r1-0-bbbbb)' in str(error)
+
+
+def test_a_leader_without_a_claim_steers_its_worker_only_to_a_domain_name_of_the_workers_group() -> None:
+    """A CPU-only leader holds no claim: its record is checked as its own admission checked it."""
+    edited = leader()
+    edited["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] = "deepseek-r1-1-x7k2b"  # group 1's
+    binding = bind(worker(), edited, statefulset())
+    assert isinstance(binding, decisions.Retry)
+    assert binding.message.startswith(
+        f'metadata.annotations[{keys.COMPUTE_DOMAIN_NAME_ANNOTATION}] of leader pod "deepseek-r1-0" '
+        '(deepseek-r1-1-x7k2b) is not the ComputeDomain mnnvl gave group 0 of LeaderWorkerSet "deepseek-r1"; '
+        "it was changed after admission"
+    )
+
+
+def test_a_leader_that_records_nothing_and_holds_no_claim_gives_its_worker_nothing() -> None:
+    """It started while the gate was off: its workers run as it does, without the channel."""
+    unmanaged = leader()
+    del unmanaged["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]
+    assert bind(worker(), unmanaged, statefulset()) is None
