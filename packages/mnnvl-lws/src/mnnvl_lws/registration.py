@@ -82,7 +82,8 @@ def configurations(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]
             [
                 webhooks.entry(
                     me, "validate-leaderworkerset", LWS_RULE, client_config, match_conditions=LWS_MATCH_CONDITIONS
-                )
+                ),
+                webhooks.domain_identity_entry(me, client_config),
             ],
         ),
     ]

@@ -14,9 +14,9 @@ import jsonpatch
 import kopf
 
 from mnnvl_api import errors, keys
-from mnnvl_api.decisions import domains, opt_in
+from mnnvl_api.decisions import domains, field_managers, opt_in
 
-from . import kube, metrics, operator, preflight
+from . import kube, metrics, operator, preflight, webhooks
 
 log = logging.getLogger(__name__)
 API_CHECK_SECONDS = 10.0
@@ -109,6 +109,52 @@ def validate_workload(
         if found:
             raise reject(found)
         warnings.extend(advice)
+
+
+class OwnUser:
+    """The user this process's requests are made as (a SelfSubjectReview), asked once: the user the API server
+    names in the admission requests of this process's own writes."""
+
+    def __init__(self) -> None:
+        self._name: str | None = None
+
+    async def name(self, client: kube.Api) -> str:
+        if self._name is None:
+            review = await client.arequest(
+                "POST",
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            )
+            found = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+            if not found:
+                raise kopf.AdmissionError("this controller cannot tell which user it runs as (SelfSubjectReview)")
+            self._name = str(found)
+        return self._name
+
+
+async def refuse_impersonation(
+    manager: str,
+    client: kube.Api,
+    own_user: OwnUser,
+    *,
+    operation: str | None,
+    requester: str,
+    body: dict[str, Any],
+    old: dict[str, Any] | None,
+) -> None:
+    """The ComputeDomain identity webhook of the controller whose field manager is `manager`: a write as `manager`
+    by any user but this controller's own is refused (`field_managers.impersonation_refusal`)."""
+    with measured(webhooks.DOMAIN_IDENTITY_WEBHOOK, operation):
+        meta, old_meta = body.get("metadata") or {}, (old or {}).get("metadata")
+        if operation not in ("CREATE", "UPDATE") or not field_managers.wrote_as(manager, meta, old_meta):
+            return
+        own = await own_user.name(client)
+        refusal = field_managers.impersonation_refusal(
+            manager, requester=requester, own_user=own, meta=meta, old_meta=old_meta
+        )
+        if refusal is not None:
+            log.info("impersonation refused", extra={"requester": requester, "compute_domain": meta.get("name")})
+            raise kopf.AdmissionError(refusal, code=403)
 
 
 def retry(message: str) -> kopf.AdmissionError:

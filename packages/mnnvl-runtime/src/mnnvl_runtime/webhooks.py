@@ -44,6 +44,24 @@ def entry(
     return webhook
 
 
+#: Writes of ComputeDomains (not their status).
+DOMAIN_WRITE_RULE = {
+    "apiGroups": [keys.COMPUTE_DOMAIN_GROUP],
+    "apiVersions": [keys.COMPUTE_DOMAIN_VERSION],
+    "operations": ["CREATE", "UPDATE"],
+    "resources": [keys.COMPUTE_DOMAIN_PLURAL],
+}
+DOMAIN_IDENTITY_WEBHOOK = "validate-computedomain"
+
+
+def domain_identity_entry(controller: str, client_config: ClientConfig) -> dict[str, Any]:
+    """The webhook refusing writes of ComputeDomains as `controller`'s field manager by anyone else
+    (`admission.refuse_impersonation`). Only domains labelled as `controller`'s, before or after the write, reach it:
+    without that label no domain passes for one of `controller`'s."""
+    selector = {"matchLabels": {keys.MANAGED_BY_LABEL: controller}}
+    return entry(controller, DOMAIN_IDENTITY_WEBHOOK, DOMAIN_WRITE_RULE, client_config, objectSelector=selector)
+
+
 def match_condition(name: str, expression: str) -> MatchCondition:
     return {"name": name, "expression": expression}
 
