@@ -260,7 +260,7 @@ def test_webhook_settings_and_development_urls_reach_every_webhook(rendered: dic
                 assert config["url"].startswith(f"https://127.0.0.1:{port}/")
                 assert config["caBundle"]
                 seen += 1
-    assert seen == 8
+    assert seen == 10
 
 
 def test_the_certificate_modes_render_their_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
