@@ -40,6 +40,7 @@ def test_mnnvl_ds_has_its_own_configurations_named_after_it() -> None:
     assert sorted(webhooks_by_name()) == [
         "mutate-disaggregatedset.mnnvl-ds.mnnvl.dev",
         "mutate-pod.mnnvl-ds.mnnvl.dev",
+        "validate-computedomain.mnnvl-ds.mnnvl.dev",
         "validate-disaggregatedset.mnnvl-ds.mnnvl.dev",
         "validate-leaderworkerset.mnnvl-ds.mnnvl.dev",
     ]
