@@ -70,4 +70,11 @@ GUARDS: tuple[Guard, ...] = (
         find='if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
         replace="if False:",
     ),
+    Guard(
+        name="field-manager-impersonation-refused",
+        keeps="nothing foreign passes for ours: only a controller itself writes as its field manager",
+        path="packages/mnnvl-api/src/mnnvl_api/decisions/field_managers.py",
+        find="if requester == own_user or not wrote_as(manager, meta, old_meta):",
+        replace="if True:",
+    ),
 )
