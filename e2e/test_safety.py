@@ -573,3 +573,41 @@ def test_a_rollout_started_while_mnnvl_ds_is_down_goes_on_once_it_is_back(
         keys.RECONCILE_REQUESTED_ANNOTATION
     ]
     assert datetime.datetime.fromisoformat(asked) >= restarted_at
+
+
+def labelled_as(ns: str, name: str, manager: str) -> dict[str, Any]:
+    """A ComputeDomain carrying the labels `manager` puts on the domains it creates."""
+    return {
+        "apiVersion": workloads.CD_API,
+        "kind": keys.COMPUTE_DOMAIN_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {keys.OWNER_UID_LABEL: str(uuid.uuid4()), keys.MANAGED_BY_LABEL: manager},
+        },
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
+
+
+@pytest.mark.parametrize("manager", [keys.LWS_CONTROLLER, keys.DS_CONTROLLER])
+def test_nobody_but_a_controller_writes_a_domain_as_its_field_manager(
+    testbed: cluster.Testbed, api: kube.Kube, ns: str, manager: str
+) -> None:
+    """A domain created or changed as mnnvl-lws's (mnnvl-ds's) field manager by another user would pass for one
+    that controller made (docs/protection.md): its identity webhook refuses the write. The same labels written
+    under one's own field manager are let through: such a domain is not ours, and mnnvl leaves it alone."""
+    as_us = kube.Kube(kube.load_api_client(testbed.kubeconfig), field_manager=manager)
+    manifest = labelled_as(ns, "spoofed", manager)
+    status, message = admission_refusal(lambda: as_us.create(manifest, keys.COMPUTE_DOMAIN_PLURAL))
+    assert status == 403, message
+    assert f'may write a ComputeDomain as field manager "{manager}", not user "' in message, message
+    assert get_domain(api, ns, "spoofed") is None
+
+    created = api.create(manifest, keys.COMPUTE_DOMAIN_PLURAL)
+    assert {entry["manager"] for entry in created["metadata"]["managedFields"]} == {cluster.FIELD_MANAGER}
+    relabel = {"metadata": {"labels": {keys.OWNER_UID_LABEL: str(uuid.uuid4())}}}
+    status, message = admission_refusal(lambda: as_us.patch(domain_path(ns, "spoofed"), relabel))
+    assert status == 403, message
+    found = get_domain(api, ns, "spoofed")
+    assert found is not None
+    assert found["metadata"]["labels"] == manifest["metadata"]["labels"]
