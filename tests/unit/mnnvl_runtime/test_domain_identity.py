@@ -88,3 +88,14 @@ def test_each_scope_controller_guards_its_own_domains_only(registration: Any, co
     assert webhook["rules"] == [webhooks.DOMAIN_WRITE_RULE]
     assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert webhook["clientConfig"] == {"path": f"/{webhooks.DOMAIN_IDENTITY_WEBHOOK}"}
+
+
+def test_only_writes_that_change_the_controllers_managed_fields_reach_its_identity_webhook() -> None:
+    """The driver's and the guardian's writes to a domain labelled ours (finalizers, status-like fields) change
+    none of the controller's managedFields entries, so they never wait on the controller's webhook."""
+    webhook = webhooks.domain_identity_entry(keys.LWS_CONTROLLER, lambda path: {"path": path})
+    [condition] = webhook["matchConditions"]
+    assert condition["name"] == f"writes-as-{keys.LWS_CONTROLLER}"
+    entries = webhooks.cel_manager_entries("object", keys.LWS_CONTROLLER)
+    assert condition["expression"].startswith(f"{entries} != (oldObject == null ? [] : ")
+    assert f'e.manager == "{keys.LWS_CONTROLLER}"' in entries

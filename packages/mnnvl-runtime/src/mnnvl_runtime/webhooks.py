@@ -54,12 +54,37 @@ DOMAIN_WRITE_RULE = {
 DOMAIN_IDENTITY_WEBHOOK = "validate-computedomain"
 
 
+def cel_manager_entries(variable: str, manager: str) -> str:
+    """CEL: the (operation, subresource, time) of `manager`'s managedFields entries in `variable` (not null), as
+    strings; the API server renews an entry's time whenever a request writes fields as that manager."""
+    name = cel_string(manager)
+    fields = f"{variable}.metadata.managedFields"
+    described = (
+        "e.operation + '/' + (has(e.subresource) ? e.subresource : '') + '@' + (has(e.time) ? string(e.time) : '')"
+    )
+    return (
+        f"({cel_has(variable, 'metadata', 'managedFields')} ? "
+        f"{fields}.filter(e, has(e.manager) && e.manager == {name}).map(e, {described}) : [])"
+    )
+
+
 def domain_identity_entry(controller: str, client_config: ClientConfig) -> dict[str, Any]:
     """The webhook refusing writes of ComputeDomains as `controller`'s field manager by anyone else
-    (`admission.refuse_impersonation`). Only domains labelled as `controller`'s, before or after the write, reach it:
-    without that label no domain passes for one of `controller`'s."""
+    (`admission.refuse_impersonation`). Only domains labelled as `controller`'s, before or after the write, reach it
+    (without that label no domain passes for one of `controller`'s), and of those only writes that changed
+    `controller`'s managedFields entries: the driver's and the guardian's writes (finalizers, the driver's own
+    fields) never wait on this controller, so its outage holds up no one else's work on its domains."""
     selector = {"matchLabels": {keys.MANAGED_BY_LABEL: controller}}
-    return entry(controller, DOMAIN_IDENTITY_WEBHOOK, DOMAIN_WRITE_RULE, client_config, objectSelector=selector)
+    before = f"(oldObject == null ? [] : {cel_manager_entries('oldObject', controller)})"
+    writes_as = match_condition("writes-as-" + controller, f"{cel_manager_entries('object', controller)} != {before}")
+    return entry(
+        controller,
+        DOMAIN_IDENTITY_WEBHOOK,
+        DOMAIN_WRITE_RULE,
+        client_config,
+        match_conditions=(writes_as,),
+        objectSelector=selector,
+    )
 
 
 def match_condition(name: str, expression: str) -> MatchCondition:
