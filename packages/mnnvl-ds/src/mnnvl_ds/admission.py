@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import domains, enrollment, injection
+from mnnvl_api.decisions import domains, enrollment, injection, ownership
 from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
@@ -78,13 +78,12 @@ async def child_errors(
     found = await client.aget(
         keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, position.domain, namespace=namespace
     )
-    role_enrolled = False
-    if not gate_enabled:
-        fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, position.ds, namespace=namespace)
-        model = decisions.parse(fresh) if fresh is not None else None
-        role_enrolled = model is not None and (
-            enrollment.enroll_roles(model).scopes.get(position.role) is enrollment.RoleScope.SLICE
-        )
+    owner = ownership.disaggregated_set_reference(meta)
+    role_enrolled = (
+        not gate_enabled
+        and owner is not None
+        and await _role_enrolled(client, namespace, position.ds, position.role, owner_uid=str(owner.get("uid")))
+    )
     return decisions.child_errors(
         lws,
         old,
@@ -100,10 +99,10 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
     operation: str | None = kwargs.get("operation")
     with admission.measured("mutate-pod", operation) as outcome:
         context = operator.context_of(memo)
-        if operation != "CREATE" or not context.gate_enabled:
+        if operation != "CREATE":
             return
         pod = dict(body)
-        admitted = await admit_pod(context.client, state.STORES, pod)
+        admitted = await admit_pod(context.client, state.STORES, pod, gate_enabled=context.gate_enabled)
         if admitted.patch:
             patch.fns.append(admission.transform(admitted.patch))
             outcome.result = "patched"
@@ -119,14 +118,17 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
             )
 
 
-async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
+async def admit_pod(
+    client: kube.Api, stores: state.Stores, pod: dict[str, Any], *, gate_enabled: bool = True
+) -> injection.PodAdmission:
     """The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
 
     The pod joins the domain of its LeaderWorkerSet's (slice, revision) when that LeaderWorkerSet is in the slice
     scope and its DisaggregatedSet opted in; otherwise it is left alone (no claim, and no gate that nothing would
     lift). The LeaderWorkerSet and the DisaggregatedSet come from the stores, read afresh when the stores do not
     know them (yet). The domain is read afresh: a condemned or deleting one admits no one, and only a ready one
-    lets the pod run at once (else it is gated)."""
+    lets the pod run at once (else it is gated). With the gate off nothing is injected, and a pod of a role its
+    set still enrolls is refused."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace", "")
     lws_name = (meta.get("labels") or {}).get(keys.LWS_NAME_LABEL)
@@ -141,6 +143,9 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
         if fresh is None:
             raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
         child = state.child_facts(fresh)
+    if not gate_enabled:
+        await _refuse_while_gate_off(client, namespace, child)
+        return injection.PodAdmission(patch=[], errors=[])
     workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
     if child is None or workload is None:
         return injection.PodAdmission(patch=[], errors=[])
@@ -159,14 +164,39 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
     return admitted
 
 
+async def _refuse_while_gate_off(client: kube.Api, namespace: str, child: planner.Child | None) -> None:
+    """With the gate off no claim is injected, so a pod of a slice-scope LeaderWorkerSet whose role its
+    DisaggregatedSet still enrolls would run without the channel its slice's other pods carry: it is refused,
+    and its StatefulSet creates it again, until the gate is re-enabled or the annotation removed. Any other pod
+    is left alone."""
+    if child is None or not child.slice_scope:
+        return
+    if await _role_enrolled(client, namespace, child.ds_name, child.role, owner_uid=child.owner_uid):
+        position = decisions.Position(ds=child.ds_name, slice=child.slice, revision=child.revision, role=child.role)
+        raise admission.retry(decisions.gate_off_pod_refusal(position))
+
+
+async def _role_enrolled(client: kube.Api, namespace: str, ds: str, role: str, *, owner_uid: str) -> bool:
+    """Whether the DisaggregatedSet `ds` of `owner_uid`, read afresh, enrolls `role` in slice domains now."""
+    fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, ds, namespace=namespace)
+    model = decisions.parse(fresh) if fresh is not None else None
+    return (
+        model is not None
+        and model.metadata.uid == owner_uid
+        and enrollment.enroll_roles(model).scopes.get(role) is enrollment.RoleScope.SLICE
+    )
+
+
 async def _opted_in_workload(
     client: kube.Api, stores: state.Stores, namespace: str, child: planner.Child
 ) -> planner.Workload | None:
-    """The DisaggregatedSet that controls `child`, when it opted in: from the stores, confirmed afresh when they
-    say no (they may lag behind an opt-in or a new DisaggregatedSet)."""
+    """The DisaggregatedSet that controls `child` (a slice-scope LeaderWorkerSet), when it opted in, or when it
+    opted out since (a stamped child keeps its revision's slice domain until the rollout drains it: upstream
+    never updates a child's templates): from the stores, confirmed afresh when they say no (they may lag
+    behind an opt-in or a new DisaggregatedSet)."""
 
     def fits(workload: planner.Workload | None) -> bool:
-        return workload is not None and workload.uid == child.owner_uid and workload.opted_in
+        return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)
 
     known = stores.workload(namespace, child.ds_name)
     if fits(known):
