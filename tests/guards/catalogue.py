@@ -27,4 +27,47 @@ class Guard:
     replace: str
 
 
-GUARDS: tuple[Guard, ...] = ()
+GUARDS: tuple[Guard, ...] = (
+    Guard(
+        name="a-stamped-revision-keeps-its-claim",
+        keeps="no opted-in pod runs without its claim: a leader of a revision upstream recorded stamped, after opt-out",
+        path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
+        find="return fresh is not None and revision is not None and await _revision_opted_in(client, stores, fresh, revision)",
+        replace="return False",
+    ),
+    Guard(
+        name="a-stamped-revision-keeps-its-domain",
+        keeps="a leader of a stamped revision admitted after opt-out gets its domain created and is released",
+        path="packages/mnnvl-lws/src/mnnvl_lws/planner.py",
+        find="return workload.opted_in or leader.revision in stamped_revisions",
+        replace="return workload.opted_in",
+    ),
+    Guard(
+        name="a-stamped-child-keeps-its-claim",
+        keeps="no opted-in pod runs without its claim: a pod of a stamped child after its set opted out",
+        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
+        find="(workload.opted_in or child.slice_scope)",
+        replace="workload.opted_in",
+    ),
+    Guard(
+        name="a-stamped-child-keeps-its-slice-domain",
+        keeps="a stamped child's (slice, revision) gets its domain after its set opted out, until the rollout drains it",
+        path="packages/mnnvl-ds/src/mnnvl_ds/planner.py",
+        find="                if not workload.deleting:",
+        replace="                if workload.opted_in and not workload.deleting:",
+    ),
+    Guard(
+        name="refuse-child-scale-up-while-gate-off",
+        keeps="no enrolled slice grows without claims while the gate is off: scale-up of an enrolled role's child",
+        path="packages/mnnvl-ds/src/mnnvl_ds/decisions.py",
+        find="        if not role_enrolled:",
+        replace="        if not creating or not role_enrolled:",
+    ),
+    Guard(
+        name="refuse-enrolled-pods-while-gate-off",
+        keeps="no pod of an enrolled role runs without its claim while the gate is off (it is refused for retry)",
+        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
+        find="        await _refuse_while_gate_off(client, namespace, child)\n",
+        replace="",
+    ),
+)
