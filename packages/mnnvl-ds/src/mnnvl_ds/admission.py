@@ -1,6 +1,6 @@
 """Admission webhooks: DisaggregatedSet stamping, validation and placement advice; refusal of new or scaled-up
 slice-scope LeaderWorkerSets of a DisaggregatedSet while the gate is off or their domain's name is taken; claim
-injection into slice-scope pods.
+injection into slice-scope pods, and refusal of enrolled roles' pods while the gate is off.
 
 Each handler turns the request into a pure decision (`decisions`) and answers with one patch or one error.
 Webhooks have no side effects: they never write to the API.
