@@ -93,6 +93,8 @@ def test_a_stamped_child_keeps_its_slice_domain_after_the_set_opts_out_until_the
     stamped = build.child_facts(0)
     plan = planner.plan(build.snapshot(children=(stamped,), workload_=opted_out))
     assert [created.name for created in plan.create] == [D0]
+    kept = planner.plan(build.snapshot(children=(stamped,), domains_=(build.domain(),), workload_=opted_out))
+    assert (kept.create, kept.delete) == ((), ())
     unstamped = dataclasses.replace(stamped, slice_scope=False)
     assert planner.plan(build.snapshot(children=(unstamped,), workload_=opted_out)).create == ()
 
