@@ -126,8 +126,8 @@ def _revision_of(pod: dict[str, Any]) -> str | None:
 
 async def _revision_opted_in(client: kube.Api, stores: state.Stores, lws: dict[str, Any], revision: str) -> bool:
     """Whether upstream recorded the template revision `revision` of `lws` (this incarnation, by uid) stamped:
-    from the stores, read afresh when they do not know it. Never from the pod's own labels and annotations,
-    which its creator chooses."""
+    from the stores, read afresh when they do not know it. The pod's label only names the revision: whether it
+    was opted in is upstream's record, never the pod's own labels and annotations, which its creator chooses."""
     meta = lws["metadata"]
     namespace, name, uid = meta.get("namespace", ""), meta["name"], meta["uid"]
     if revision in stores.stamped_revisions(namespace, name, uid):
