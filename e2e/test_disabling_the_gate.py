@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,27 @@ def gate_toggle(testbed: cluster.Testbed, lws_controller: list[controllers.Repli
     yield
     for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=True)
+
+
+def upstream_log(testbed: cluster.Testbed) -> pathlib.Path:
+    return testbed.state_dir / "logs" / "lws-manager.log"
+
+
+def wait_reported_by_upstream(testbed: cluster.Testbed, refusals: list[str], *, what: str, since: int = 0) -> None:
+    """Until upstream's reconciliation reports one of `refusals` after byte `since` of its log (the only place it
+    reports them; it may quote the message JSON-escaped)."""
+    log = upstream_log(testbed)
+
+    def reported() -> bool:
+        text = log.read_bytes()[since:].decode(errors="replace")
+        return any(refusal.replace('"', '\\"') in text or refusal in text for refusal in refusals)
+
+    testing.wait_for(
+        reported,
+        what=f"upstream's reconcile error naming {what}",
+        state=lambda: log.read_text(errors="replace")[-3000:],
+        timeout=workloads.TIMEOUT,
+    )
 
 
 def revision(pod: kube.Object) -> str:
@@ -120,18 +142,7 @@ def test_with_the_gate_disabled_a_disaggregatedset_creates_no_new_child_leaderwo
         for role in ("prefill", "decode")
     ]
     # Upstream's reconciliation reports the refusal (its log is the only place it does) ...
-    log = testbed.state_dir / "logs" / "lws-manager.log"
-
-    def reported() -> bool:
-        text = log.read_text(errors="replace")
-        return any(refusal.replace('"', '\\"') in text or refusal in text for refusal in refusals)
-
-    testing.wait_for(
-        reported,
-        what="upstream's reconcile error naming the refused LeaderWorkerSet of slice 1",
-        state=lambda: log.read_text(errors="replace")[-3000:],
-        timeout=workloads.TIMEOUT,
-    )
+    wait_reported_by_upstream(testbed, refusals, what="the refused LeaderWorkerSet of slice 1")
     # ... and creates no LeaderWorkerSet for slice 1; the running slice, its pods and its domain are untouched.
     assert {workloads.slice_of(c) for c in workloads.children(api, ns, "llm")} == {0}
     pods = workloads.ds_pods(api, ns, "llm")
@@ -203,3 +214,39 @@ def test_with_the_gate_disabled_a_disaggregatedset_keeps_its_domains_and_removin
     assert set(still) == {domain_0, domain_1}
     assert not still[domain_0]["metadata"].get("deletionTimestamp")
     assert still[domain_1]["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]
+
+
+def test_with_the_gate_disabled_a_child_leaderworkerset_of_an_enrolled_role_is_not_scaled_up(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, gate_toggle: None
+) -> None:
+    """A DisaggregatedSet enrolled in slice ComputeDomains does not create new child LeaderWorkerSets for enrolled roles (for example on scale-up or a new revision), because they would lack the claim that existing slices carry. Reconciliation reports an error until the gate is re-enabled or the annotation is removed."""
+    workloads.create_ds(api, ns, workloads.ds_manifest("grow", slices=1))
+    before = workloads.wait_slices_running(api, ns, "grow", pods_per_slice={0: 3})[0]
+    domain = workloads.slice_domain("grow", 0, workloads.revision_of(before[0]))
+
+    for controller in CONTROLLERS:
+        controllers.start(testbed, controller, gate=False)
+    since = upstream_log(testbed).stat().st_size
+    # One more decode group: upstream scales decode's LeaderWorkerSet up, and that is refused.
+    api.request(
+        "PATCH",
+        workloads.ds_path(ns, "grow"),
+        body=[{"op": "replace", "path": "/spec/roles/1/spec/replicas", "value": 2}],
+        content_type=kube.JSON_PATCH,
+    )
+    refusal = (
+        'spec.replicas: Forbidden: role "decode" of slice 0 of DisaggregatedSet "grow" is enrolled in slice '
+        "ComputeDomains and the AutoComputeDomain feature gate is disabled: new groups of this LeaderWorkerSet "
+        "would lack the ComputeDomain channel the slice's others carry"
+    )
+    wait_reported_by_upstream(testbed, [refusal], what="the refused scale-up of decode", since=since)
+    [decode] = [c for c in workloads.children(api, ns, "grow") if workloads.role_of(c) == "decode"]
+    assert decode["spec"]["replicas"] == 1
+    assert {p["metadata"]["uid"] for p in workloads.ds_pods(api, ns, "grow")} == {p["metadata"]["uid"] for p in before}
+
+    # Re-enabling the gate unblocks the scale-up: the new decode group joins the slice's domain.
+    for controller in CONTROLLERS:
+        controllers.start(testbed, controller, gate=True)
+    grown = workloads.wait_slices_running(api, ns, "grow", pods_per_slice={0: 4})[0]
+    assert {workloads.domain_of(p) for p in grown} == {domain}
+    assert {p["metadata"]["uid"] for p in before} < {p["metadata"]["uid"] for p in grown}

@@ -149,6 +149,67 @@ def test_setting_or_removing_the_annotation_triggers_a_rolling_update(api: kube.
     workloads.wait_domains(api, ns, set())
 
 
+def test_after_opting_out_a_group_the_rollout_has_not_reached_keeps_its_revisions_claim_when_it_restarts(
+    api: kube.Kube, ns: str
+) -> None:
+    """A pod of a revision that was opted in keeps that revision's semantics until the rollout replaces it."""
+    workloads.create_lws(api, ns, workloads.lws_manifest("optout", replicas=3, size=2, max_surge=0))
+    running = workloads.wait_groups_running(api, ns, "optout", replicas=3, size=2)
+    before = workloads.group_domains(running)
+    [old_revision] = {p["metadata"]["labels"][keys.LWS_TEMPLATE_REVISION_HASH_LABEL] for p in running}
+    # Opt out; the new revision's pods fit no node (as on full cliques), so the rollout stops at its first group.
+    unplaceable = {"nodeSelector": {"e2e.mnnvl.test/no-such-node": "true"}}
+    workloads.patch_lws(
+        api,
+        ns,
+        "optout",
+        {
+            "metadata": {"annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: None}},
+            "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": unplaceable}}},
+        },
+    )
+
+    def rollout_under_way() -> bool:
+        leader = api.get("v1", "pods", "optout-2", namespace=ns)
+        return (
+            leader is not None and leader["metadata"]["labels"][keys.LWS_TEMPLATE_REVISION_HASH_LABEL] != old_revision
+        )
+
+    testing.wait_for(
+        rollout_under_way,
+        what="group 2 recreated at the new revision (and Pending)",
+        state=testing.state_of(lambda: workloads.summary(api, ns)),
+        timeout=workloads.TIMEOUT,
+    )
+    [old_leader] = [p["metadata"]["uid"] for p in running if p["metadata"]["name"] == "optout-0"]
+    api.request("DELETE", kube.path_of("v1", "pods", namespace=ns, name="optout-0"))
+
+    def group_0_restarted() -> list[kube.Object] | None:
+        pods = [p for p in workloads.lws_pods(api, ns, "optout") if p["metadata"]["name"].startswith("optout-0")]
+        fresh = [p for p in testing.running(pods) if not p["metadata"].get("deletionTimestamp")]
+        leaders = [p for p in fresh if p["metadata"]["name"] == "optout-0" and p["metadata"]["uid"] != old_leader]
+        return fresh if leaders and len(fresh) == len(pods) == 2 and not any(map(workloads.is_gated, fresh)) else None
+
+    restarted = testing.wait_for(
+        group_0_restarted,
+        what="group 0 recreated from the old revision, running on a new domain",
+        state=testing.state_of(lambda: workloads.summary(api, ns)),
+        timeout=workloads.TIMEOUT,
+    )
+    [new_domain] = set(workloads.group_domains(restarted).values())
+    assert new_domain is not None
+    assert new_domain != before["0"]
+    for pod in restarted:
+        assert pod["metadata"]["labels"][keys.LWS_TEMPLATE_REVISION_HASH_LABEL] == old_revision
+        assert workloads.claimed_containers(pod) == ["vllm"]
+    # The old incarnation's domain goes once unused, and so does that of group 2 (rolled off domains); group 1's
+    # stays under its running pods (the namespace fixture also requires that no domain went under a pod).
+    workloads.wait_domains(api, ns, {new_domain, str(before["1"])})
+    group_1 = [p for p in workloads.lws_pods(api, ns, "optout") if p["metadata"]["name"].startswith("optout-1")]
+    assert {p["metadata"]["uid"] for p in group_1} <= uids(running)
+    assert {t["domain"] for t in testing.teardowns(api, ns)} == {before["0"], before["2"]}
+
+
 def test_unset_and_disabled_produce_the_same_revision(api: kube.Kube, ns: str) -> None:
     """Unset and "disabled" produce the same revision, so upgrading LWS does not restart existing workloads."""
     workloads.create_lws(api, ns, workloads.lws_manifest("steady", replicas=2, size=2, opt_in=None))

@@ -1,6 +1,6 @@
 """Admission of the LeaderWorkerSets upstream creates per (slice, revision, role): a slice stays unscaled while a
-foreign ComputeDomain holds its domain's name, and no new LeaderWorkerSet of an enrolled role is created while
-the gate is off. Everything else, scaling down included, is allowed."""
+foreign ComputeDomain holds its domain's name, and no new LeaderWorkerSet of an enrolled role is created, nor
+one scaled up, while the gate is off. Everything else, scaling down included, is allowed."""
 
 from __future__ import annotations
 
@@ -104,9 +104,19 @@ def test_while_the_gate_is_off_a_new_child_of_an_enrolled_role_is_refused_saying
     assert refusals(build.child(), gate_enabled=False) == [GATE_OFF]
 
 
-def test_while_the_gate_is_off_running_children_may_still_scale() -> None:
+def test_while_the_gate_is_off_a_child_of_an_enrolled_role_may_not_scale_up() -> None:
+    """Its new groups would run without the claim the slice's other pods carry."""
     running = build.child()
-    assert refusals(scaled(running, 3), running, gate_enabled=False) == []
+    assert refusals(scaled(running, 3), running, gate_enabled=False) == [
+        GATE_OFF.replace("metadata.name:", "spec.replicas:").replace(
+            "a new LeaderWorkerSet would lack", "new groups of this LeaderWorkerSet would lack"
+        )
+    ]
+
+
+def test_once_the_annotation_is_removed_children_scale_up_again_with_the_gate_off() -> None:
+    running = build.child()
+    assert refusals(scaled(running, 3), running, gate_enabled=False, role_enrolled=False) == []
 
 
 def test_once_the_annotation_is_removed_new_children_are_created_again_with_the_gate_off() -> None:
@@ -165,6 +175,13 @@ def test_the_domain_is_read_afresh_and_a_foreign_one_refuses_the_child() -> None
 )
 def test_with_the_gate_off_the_sets_enrollment_is_read_afresh(ds: dict[str, Any] | None, expected: list[str]) -> None:
     api = MemoryApi()
+    owner_uid = build.UID
     if ds is not None:
-        api.put(keys.DS_PLURAL, ds, manager="kubectl")
-    assert check(api, build.child(), gate_enabled=False) == expected
+        owner_uid = api.put(keys.DS_PLURAL, ds, manager="kubectl")["metadata"]["uid"]
+    assert check(api, build.child(owner_uid=owner_uid), gate_enabled=False) == expected
+
+
+def test_with_the_gate_off_a_child_of_an_earlier_set_of_that_name_is_not_refused_for_the_new_sets_enrollment() -> None:
+    api = MemoryApi()
+    api.put(keys.DS_PLURAL, build.seed_example(), manager="kubectl")
+    assert check(api, build.child(owner_uid="previous-incarnation"), gate_enabled=False) == []

@@ -81,15 +81,22 @@ def test_a_new_slice_gets_its_domain() -> None:
     assert plan == plans.Plan(create=(to_create(2),))
 
 
-@pytest.mark.parametrize(
-    "workload",
-    [
-        pytest.param(build.workload(deleting=True), id="deleting"),
-        pytest.param(build.workload(opted_in=False), id="opted-out"),
-    ],
-)
-def test_a_deleting_or_opted_out_set_creates_nothing(workload: planner.Workload) -> None:
+def test_a_deleting_set_creates_nothing() -> None:
+    workload = build.workload(deleting=True)
     assert planner.plan(build.snapshot(children=seed_children(), workload_=workload)).create == ()
+
+
+def test_a_stamped_child_keeps_its_slice_domain_after_the_set_opts_out_until_the_rollout_drains_it() -> None:
+    """Upstream never updates a child's templates: the revision enrolled before the opt-out keeps its semantics,
+    so a domain it lacks (deleted by hand, or never made) is created for its pods, and none is deleted."""
+    opted_out = build.workload(opted_in=False, slices=1)
+    stamped = build.child_facts(0)
+    plan = planner.plan(build.snapshot(children=(stamped,), workload_=opted_out))
+    assert [created.name for created in plan.create] == [D0]
+    kept = planner.plan(build.snapshot(children=(stamped,), domains_=(build.domain(),), workload_=opted_out))
+    assert (kept.create, kept.delete) == ((), ())
+    unstamped = dataclasses.replace(stamped, slice_scope=False)
+    assert planner.plan(build.snapshot(children=(unstamped,), workload_=opted_out)).create == ()
 
 
 def test_a_child_of_a_previous_set_of_that_name_creates_nothing() -> None:

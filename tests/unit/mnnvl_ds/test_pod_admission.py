@@ -106,8 +106,11 @@ def api_with(*objects: tuple[str, dict[str, Any]]) -> MemoryApi:
     return api
 
 
-def admit(api: MemoryApi, pod: dict[str, Any], stores: state.Stores | None = None) -> injection.PodAdmission:
-    return asyncio.run(admission.admit_pod(api.client(keys.DS_CONTROLLER), stores or state.Stores(), pod))
+def admit(
+    api: MemoryApi, pod: dict[str, Any], stores: state.Stores | None = None, *, gate_enabled: bool = True
+) -> injection.PodAdmission:
+    client = api.client(keys.DS_CONTROLLER)
+    return asyncio.run(admission.admit_pod(client, stores or state.Stores(), pod, gate_enabled=gate_enabled))
 
 
 def owned_child(api: MemoryApi, **kwargs: Any) -> dict[str, Any]:
@@ -142,8 +145,8 @@ def test_a_pod_joins_its_ready_domain_ungated() -> None:
 @pytest.mark.parametrize(
     ("ds", "child_kwargs"),
     [
-        pytest.param(build.ds(), {}, id="set-opted-out-since"),
         pytest.param(build.seed_example(), {"stamped": False}, id="role-not-in-the-slice-scope"),
+        pytest.param(build.ds(), {"stamped": False}, id="new-revision-after-opting-out"),
     ],
 )
 def test_a_pod_of_anything_else_is_left_alone(ds: dict[str, Any], child_kwargs: dict[str, Any]) -> None:
@@ -152,6 +155,51 @@ def test_a_pod_of_anything_else_is_left_alone(ds: dict[str, Any], child_kwargs: 
     pod = build.pod(lws)
     pod["metadata"]["labels"][keys.SCOPE_LABEL] = keys.SCOPE_SLICE
     assert admit(api, pod) == injection.PodAdmission(patch=[], errors=[])
+
+
+def test_after_the_set_opts_out_a_pod_of_a_stamped_child_still_joins_its_slices_domain() -> None:
+    """The rollout has not drained that revision yet: a restarted group of it keeps its claim and gate."""
+    api = api_with((keys.DS_PLURAL, build.ds()))
+    result = admit(api, build.pod(owned_child(api)))
+    assert (result.domain, result.targets, result.gated) == (D0, ("vllm",), True)
+
+
+# --- with the gate off -------------------------------------------------------------------------------------
+
+
+def test_with_the_gate_off_a_pod_of_an_enrolled_role_is_refused_for_retry() -> None:
+    """No claim is injected with the gate off: it would run without the channel its slice's other pods carry."""
+    api = api_with((keys.DS_PLURAL, build.seed_example()))
+    lws = owned_child(api)
+    with pytest.raises(kopf.AdmissionError) as refused:
+        admit(api, build.pod(lws), gate_enabled=False)
+    assert refused.value.code == 409
+    assert str(refused.value) == (
+        'role "prefill" of slice 0 of DisaggregatedSet "llm-serving" is enrolled in slice ComputeDomains and the '
+        "AutoComputeDomain feature gate is disabled: this pod would run without the ComputeDomain channel the "
+        "slice's others carry; set featureGates.AutoComputeDomain=true (Helm) or AutoComputeDomain: true "
+        "(Configuration), or remove disaggregatedset.x-k8s.io/auto-compute-domain from the DisaggregatedSet; the "
+        "pod is created again by its controller"
+    )
+
+
+@pytest.mark.parametrize(
+    ("ds", "child_kwargs"),
+    [
+        pytest.param(build.ds(), {}, id="annotation-removed"),
+        pytest.param(build.seed_example(), {"stamped": False}, id="role-not-in-the-slice-scope"),
+        pytest.param(build.seed_example(), {"owner_uid": "previous-incarnation"}, id="child-of-an-earlier-set"),
+    ],
+)
+def test_with_the_gate_off_any_other_pod_is_admitted_untouched(
+    ds: dict[str, Any], child_kwargs: dict[str, Any]
+) -> None:
+    api = api_with((keys.DS_PLURAL, ds))
+    stored = api.get(keys.DS_PLURAL, build.NS, build.DS)
+    assert stored is not None
+    lws = build.child(**{"owner_uid": stored["metadata"]["uid"], **child_kwargs})
+    api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="disaggregatedset-controller")
+    assert admit(api, build.pod(lws), gate_enabled=False) == injection.PodAdmission(patch=[], errors=[])
 
 
 def test_a_pod_of_a_leaderworkerset_of_a_previous_set_of_that_name_is_left_alone() -> None:

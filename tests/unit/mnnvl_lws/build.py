@@ -51,7 +51,11 @@ def pod(
     spec: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
     uid: str | None = None,
+    revision: str | None = None,
 ) -> dict[str, Any]:
+    labels = {keys.LWS_NAME_LABEL: lws_name, keys.SCOPE_LABEL: keys.SCOPE_REPLICA}
+    if revision is not None:
+        labels[keys.LWS_TEMPLATE_REVISION_HASH_LABEL] = revision
     meta_annotations = dict(annotations or {})
     if leader is not None:
         meta_annotations[keys.LWS_LEADER_NAME_ANNOTATION] = leader
@@ -62,7 +66,7 @@ def pod(
             "name": name,
             "namespace": "serving",
             "uid": uid or f"uid-{name}",
-            "labels": {keys.LWS_NAME_LABEL: lws_name, keys.SCOPE_LABEL: keys.SCOPE_REPLICA},
+            "labels": labels,
             "annotations": meta_annotations,
         },
         "spec": spec or pods.deepseek_worker_spec(),
@@ -73,8 +77,47 @@ def workload(uid: str = UID, *, deleting: bool = False) -> planner.Workload:
     return planner.Workload(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
 
 
+def controller_revision(
+    lws_: dict[str, Any], revision_hash: str, *, uid: str | None = None, owner_kind: str = "LeaderWorkerSet"
+) -> dict[str, Any]:
+    """Upstream's ControllerRevision of `lws_`'s templates at `revision_hash`, as lws-manager writes it: controlled by
+    the LWS (by uid), labelled with the hash, its data the revision's `spec.leaderWorkerTemplate`."""
+    meta = lws_["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": f"{meta['name']}-{revision_hash}-1",
+            "namespace": meta["namespace"],
+            "labels": {keys.LWS_NAME_LABEL: meta["name"], keys.LWS_TEMPLATE_REVISION_HASH_LABEL: revision_hash},
+            "ownerReferences": [
+                {
+                    "apiVersion": keys.LWS_API_VERSION,
+                    "kind": owner_kind,
+                    "name": meta["name"],
+                    "uid": uid or meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": {
+            "spec": {
+                "leaderWorkerTemplate": {**copy.deepcopy(lws_["spec"]["leaderWorkerTemplate"]), "$patch": "replace"}
+            }
+        },
+        "revision": 1,
+    }
+
+
 def leader(
-    group: int, domain: str | None, *, gated: bool = False, terminal: bool = False, deleting: bool = False
+    group: int,
+    domain: str | None,
+    *,
+    gated: bool = False,
+    terminal: bool = False,
+    deleting: bool = False,
+    revision: str | None = None,
 ) -> planner.PodFacts:
     return planner.PodFacts(
         name=f"deepseek-r1-{group}",
@@ -85,6 +128,7 @@ def leader(
         gate_at=0 if gated else None,
         terminal=terminal,
         deleting=deleting,
+        revision=revision,
     )
 
 
@@ -165,6 +209,7 @@ def snapshot(
     workload_: planner.Workload | None = None,
     gate_enabled: bool = True,
     gone: bool = False,
+    stamped_revisions: tuple[str, ...] = (),
 ) -> planner.Snapshot:
     for facts in pods_:
         if not facts.is_leader and not any(p.is_leader and p.group == facts.group for p in pods_):
@@ -179,6 +224,7 @@ def snapshot(
         existing_templates=frozenset(templates if templates is not None else (d.claim_template for d in domains_)),
         templates_in_use=frozenset(names.claim_template_name(name) for name in in_use),
         domains_recorded=frozenset(recorded),
+        stamped_revisions=frozenset(stamped_revisions),
         gate_enabled=gate_enabled,
     )
 

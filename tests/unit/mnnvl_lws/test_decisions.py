@@ -419,3 +419,38 @@ def test_a_foreign_scope_label_is_rejected() -> None:
     assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.labels[leaderworkerset.sigs.k8s.io/compute-domain-scope]"
     ]
+
+
+# --- template revisions ----------------------------------------------------------------------------------
+
+
+def test_upstreams_record_of_a_stamped_revision_says_it_was_opted_in() -> None:
+    found = decisions.template_revision(build.controller_revision(stamped(build.opted_in()), "old"))
+    assert found == decisions.TemplateRevision(lws="deepseek-r1", lws_uid=build.UID, hash="old", stamped=True)
+    assert decisions.revision_opted_in([found], lws_uid=build.UID, revision_hash="old")
+
+
+@pytest.mark.parametrize(
+    ("revision", "lws_uid", "revision_hash"),
+    [
+        pytest.param(build.controller_revision(build.lws(), "new"), build.UID, "new", id="not-stamped"),
+        pytest.param(
+            build.controller_revision(stamped(build.opted_in()), "old"),
+            "a-later-lws-of-that-name",
+            "old",
+            id="an-earlier-lws-of-the-same-name",
+        ),
+        pytest.param(build.controller_revision(stamped(build.opted_in()), "old"), build.UID, "new", id="other-hash"),
+    ],
+)
+def test_a_revision_counts_as_opted_in_only_when_stamped_and_of_this_lws_and_hash(
+    revision: dict[str, Any], lws_uid: str, revision_hash: str
+) -> None:
+    found = decisions.template_revision(revision)
+    assert not decisions.revision_opted_in([found], lws_uid=lws_uid, revision_hash=revision_hash)
+
+
+def test_a_statefulsets_controllerrevision_is_not_a_template_revision() -> None:
+    """The leader StatefulSet's own ControllerRevisions carry the same hash label (its template's labels)."""
+    revision = build.controller_revision(stamped(build.opted_in()), "old", owner_kind="StatefulSet")
+    assert decisions.template_revision(revision) is None

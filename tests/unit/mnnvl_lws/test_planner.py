@@ -187,6 +187,34 @@ def test_only_an_opted_in_workload_gets_domains() -> None:
     assert plan.create == ()
 
 
+def test_after_opting_out_a_restarted_group_of_an_opted_in_revision_gets_its_domain_and_is_released() -> None:
+    """Upstream recreates a group the rollout has not reached from its old, stamped revision: that group keeps
+    its revision's semantics, a new domain for the new incarnation, while the other groups' domains stay."""
+    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=build.UID, opted_in=False)
+    restarted = build.leader(0, D0_NEW, gated=True, revision="old")
+    running = build.leader(1, D1, revision="old")
+    waiting = build.snapshot(
+        pods_=(restarted, running),
+        domains_=(build.domain(D0), build.domain(D1)),
+        in_use=(D0, D1),
+        workload_=opted_out,
+        stamped_revisions=("old",),
+    )
+    plan = planner.plan(waiting)
+    assert [created.name for created in plan.create] == [D0_NEW]
+    assert plan.delete == ()  # the old incarnation's domain is still in use, and the other group's is wanted
+    ready = dataclasses.replace(waiting, domains={**waiting.domains, D0_NEW: build.domain(D0_NEW)})
+    ready = dataclasses.replace(ready, existing_templates=ready.existing_templates | {f"{D0_NEW}-channel"})
+    assert planner.plan(ready).ungate == (plans.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0", gate_at=0),)
+
+
+def test_after_opting_out_a_leader_of_a_revision_that_was_not_opted_in_gets_no_domain() -> None:
+    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=build.UID, opted_in=False)
+    pods = (build.leader(0, D0, gated=True, revision="new"),)
+    plan = planner.plan(build.snapshot(pods_=pods, workload_=opted_out, stamped_revisions=("old",)))
+    assert plan.create == ()
+
+
 def test_a_leader_recording_a_name_the_scope_does_not_derive_gets_no_domain_and_a_warning() -> None:
     plan = planner.plan(build.snapshot(pods_=(build.leader(0, "NOT A NAME!!", gated=True),)))
     assert plan.create == ()

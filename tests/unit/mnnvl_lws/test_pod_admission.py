@@ -6,11 +6,12 @@ import asyncio
 from typing import Any
 
 import kopf
+import jsonpatch
 import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
-from mnnvl_lws import admission, state
+from mnnvl_lws import admission, decisions, state
 
 from ..safety import relist
 from ..safety.memory_api import MemoryApi
@@ -141,3 +142,44 @@ def test_a_leader_whose_record_was_edited_after_admission_cannot_steer_its_worke
     with pytest.raises(kopf.AdmissionError, match="it was changed after admission") as refused:
         admit(api, state.Stores(), worker)
     assert f'leader pod "deepseek-r1-0" ({recorded or "missing"})' in str(refused.value)
+def opted_out() -> tuple[MemoryApi, str]:
+    """An LWS that opted out (a new, unstamped revision "new" rolls), and its uid; upstream recorded "new"."""
+    api = api_with(build.lws())
+    uid = str(api.objects[(keys.LWS_PLURAL, "serving", "deepseek-r1")]["metadata"]["uid"])
+    api.put("controllerrevisions", build.controller_revision(build.lws(), "new", uid=uid), manager="lws-manager")
+    return api, uid
+
+
+def stamped_revision(revision_hash: str, *, uid: str) -> dict[str, Any]:
+    """Upstream's record of a revision made while the LWS was opted in: its templates carry our stamps."""
+    lws = build.opted_in()
+    patched: dict[str, Any] = jsonpatch.apply_patch(lws, decisions.template_patch(lws, build.ENV_ON))
+    return build.controller_revision(patched, revision_hash, uid=uid)
+
+
+def test_after_opting_out_a_restarted_leader_of_an_opted_in_revision_keeps_its_claim_and_gate() -> None:
+    """Upstream recreates a group the rollout has not reached from its old, stamped template."""
+    api, uid = opted_out()
+    api.put("controllerrevisions", stamped_revision("old", uid=uid), manager="lws-manager")
+    admitted = admit(api, state.Stores(), build.pod("deepseek-r1-0", revision="old"))
+    assert admitted.domain == names.replica_domain_name("deepseek-r1", 0, "bcdfg")
+    assert admitted.gated
+    assert admitted.targets == ("vllm",)
+
+
+@pytest.mark.parametrize(
+    ("revision_label", "recorded_for"),
+    [
+        pytest.param("new", "this-lws", id="of-the-new-unstamped-revision"),
+        pytest.param(None, "this-lws", id="without-a-revision-label"),
+        pytest.param("old", "uid-of-an-earlier-lws-of-the-same-name", id="stamped-for-an-earlier-lws"),
+    ],
+)
+def test_after_opting_out_a_leader_is_left_alone_unless_upstream_recorded_its_revision_stamped(
+    revision_label: str | None, recorded_for: str
+) -> None:
+    api, uid = opted_out()
+    owner = uid if recorded_for == "this-lws" else recorded_for
+    api.put("controllerrevisions", stamped_revision("old", uid=owner), manager="lws-manager")
+    admitted = admit(api, state.Stores(), build.pod("deepseek-r1-0", revision=revision_label))
+    assert (admitted.patch, admitted.errors, admitted.gated) == ([], [], False)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from mnnvl_api import keys, names
-from mnnvl_lws import planner, state
+from mnnvl_lws import decisions, planner, state
 
 from . import build
 
@@ -136,3 +137,28 @@ def test_a_finished_cpu_only_leader_no_longer_keeps_its_domain() -> None:
     finished["metadata"]["resourceVersion"] = "99"
     stores.pod_mirror.observe(finished, deleted=False)
     assert planner.plan(stores.snapshot("serving", "deepseek-r1", gate_enabled=True)).delete == (D_OLD,)
+
+
+def test_the_revision_store_gives_a_snapshot_the_stamped_revisions_of_this_lws_and_its_pods_revisions() -> None:
+    """StatefulSets' ControllerRevisions carry the same hash label and are not template revisions."""
+    stores = state.Stores()
+    lws = build.opted_in()
+    stamped: dict[str, Any] = jsonpatch.apply_patch(lws, decisions.template_patch(lws, build.ENV_ON))
+    revisions = [
+        build.controller_revision(stamped, "old"),
+        build.controller_revision(build.lws(), "new"),
+        build.controller_revision(stamped, "sts", owner_kind="StatefulSet"),
+        build.controller_revision(stamped, "earlier", uid="uid-of-an-earlier-lws"),
+    ]
+    for index, revision in enumerate(revisions):
+        revision["metadata"]["uid"] = f"revision-{index}"
+        assert stores.revision_mirror.observe(revision, deleted=False) == (
+            [] if index == 2 else [("serving", "deepseek-r1")]
+        )
+    stores.workload_mirror.observe(build.lws(), deleted=False)
+    stores.pod_mirror.observe(build.pod("deepseek-r1-0", revision="old"), deleted=False)
+    snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
+    assert snapshot.stamped_revisions == frozenset({"old"})
+    assert [pod.revision for pod in snapshot.pods] == ["old"]
+    stores.revision_mirror.observe(revisions[0], deleted=True)
+    assert stores.snapshot("serving", "deepseek-r1", gate_enabled=True).stamped_revisions == frozenset()

@@ -16,6 +16,7 @@ COMPUTE_DOMAINS = kopf.Resource(
     keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL, kind="ComputeDomain"
 )
 LEADER_WORKER_SETS = kopf.Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", kind="LeaderWorkerSet")
+CONTROLLER_REVISIONS = kopf.Resource("apps", "v1", "controllerrevisions", kind="ControllerRevision")
 MANAGED = f"{keys.MANAGED_BY_LABEL} in ({keys.DS_CONTROLLER},{keys.LWS_CONTROLLER})"
 
 
@@ -35,6 +36,12 @@ def watch_selectors(selectors: operator.WatchSelectors) -> kopf.OperatorSettings
         pytest.param(lws_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="lws-pods"),
         pytest.param(lws_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [], id="lws-sees-every-domain"),
         pytest.param(lws_handlers.WATCH_SELECTORS, LEADER_WORKER_SETS, [], id="lws-workloads"),
+        pytest.param(
+            lws_handlers.WATCH_SELECTORS,
+            CONTROLLER_REVISIONS,
+            [keys.LWS_TEMPLATE_REVISION_HASH_LABEL],
+            id="lws-template-revisions",
+        ),
         pytest.param(ds_handlers.WATCH_SELECTORS, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], id="ds-pods"),
         pytest.param(ds_handlers.WATCH_SELECTORS, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], id="ds-children"),
         pytest.param(ds_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [], id="ds-sees-every-domain"),

@@ -57,6 +57,9 @@ LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_LEADER_NAME_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/leader-name"
+#: On upstream's ControllerRevision of each template revision of a LeaderWorkerSet, and on the pods created from
+#: that revision: the revision's hash.
+LWS_TEMPLATE_REVISION_HASH_LABEL: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 #: On an LWS (or a DisaggregatedSet role): a node label key; each group is placed within one value of it.
 LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 DS_NAME_LABEL: Final = "disaggregatedset.x-k8s.io/name"

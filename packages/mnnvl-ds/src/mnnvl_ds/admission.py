@@ -1,6 +1,6 @@
 """Admission webhooks: DisaggregatedSet stamping, validation and placement advice; refusal of new or scaled-up
 slice-scope LeaderWorkerSets of a DisaggregatedSet while the gate is off or their domain's name is taken; claim
-injection into slice-scope pods.
+injection into slice-scope pods, and refusal of enrolled roles' pods while the gate is off.
 
 Each handler turns the request into a pure decision (`decisions`) and answers with one patch or one error.
 Webhooks have no side effects: they never write to the API.
@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import domains, enrollment, injection
+from mnnvl_api.decisions import domains, enrollment, injection, ownership
 from mnnvl_runtime import admission, kube, operator, webhooks
 
 from . import decisions, planner, state
@@ -79,13 +79,12 @@ async def child_errors(
     found = await client.aget(
         keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, position.domain, namespace=namespace
     )
-    role_enrolled = False
-    if not gate_enabled:
-        fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, position.ds, namespace=namespace)
-        model = decisions.parse(fresh) if fresh is not None else None
-        role_enrolled = model is not None and (
-            enrollment.enroll_roles(model).scopes.get(position.role) is enrollment.RoleScope.SLICE
-        )
+    owner = ownership.disaggregated_set_reference(meta)
+    role_enrolled = (
+        not gate_enabled
+        and owner is not None
+        and await _role_enrolled(client, namespace, position.ds, position.role, owner_uid=str(owner.get("uid")))
+    )
     return decisions.child_errors(
         lws,
         old,
@@ -122,10 +121,10 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
     operation: str | None = kwargs.get("operation")
     with admission.measured("mutate-pod", operation) as outcome:
         context = operator.context_of(memo)
-        if operation != "CREATE" or not context.gate_enabled:
+        if operation != "CREATE":
             return
         pod = dict(body)
-        admitted = await admit_pod(context.client, state.STORES, pod)
+        admitted = await admit_pod(context.client, state.STORES, pod, gate_enabled=context.gate_enabled)
         if admitted.patch:
             patch.fns.append(admission.transform(admitted.patch))
             outcome.result = "patched"
@@ -141,13 +140,16 @@ async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: An
             )
 
 
-async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
+async def admit_pod(
+    client: kube.Api, stores: state.Stores, pod: dict[str, Any], *, gate_enabled: bool = True
+) -> injection.PodAdmission:
     """The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
 
     The pod joins the domain of its LeaderWorkerSet's (slice, revision) when that LeaderWorkerSet is in the slice
     scope and its DisaggregatedSet opted in; otherwise it is left alone (no claim, and no gate that nothing would
     lift), and only on fresh reads (`_slice_workload`). The domain is read afresh: a condemned or deleting one
-    admits no one, and only a ready one lets the pod run at once (else it is gated)."""
+    admits no one, and only a ready one lets the pod run at once (else it is gated). With the gate off nothing is
+    injected, and a pod of a role its set still enrolls is refused."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace", "")
     lws_name = (meta.get("labels") or {}).get(keys.LWS_NAME_LABEL)
@@ -156,6 +158,9 @@ async def admit_pod(client: kube.Api, stores: state.Stores, pod: dict[str, Any])
         raise admission.reject(
             [errors.forbidden(path, "a slice-scope pod must belong to a LeaderWorkerSet of a DisaggregatedSet")]
         )
+    if not gate_enabled:
+        await _refuse_while_gate_off(client, namespace, await _fresh_child(client, namespace, lws_name))
+        return injection.PodAdmission(patch=[], errors=[])
     found = await _slice_workload(client, stores, pod, namespace, lws_name)
     if found is None:
         return injection.PodAdmission(patch=[], errors=[])
@@ -190,22 +195,53 @@ async def _slice_workload(
         workload = await _opted_in_workload(client, stores, namespace, stored)
         if workload is not None:
             return stored, workload
+    child = await _fresh_child(client, namespace, lws_name)
+    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
+    return None if child is None or workload is None else (child, workload)
+
+
+async def _fresh_child(client: kube.Api, namespace: str, lws_name: str) -> planner.Child | None:
+    """The pod's LeaderWorkerSet, read afresh (None: not one of a DisaggregatedSet); refused for retry while it
+    is not found."""
     fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws_name, namespace=namespace)
     if fresh is None:
         raise admission.retry(f'LeaderWorkerSet "{lws_name}" of this pod is not found')
-    child = state.child_facts(fresh)
-    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
-    return None if child is None or workload is None else (child, workload)
+    return state.child_facts(fresh)
+
+
+async def _refuse_while_gate_off(client: kube.Api, namespace: str, child: planner.Child | None) -> None:
+    """With the gate off no claim is injected, so a pod of a slice-scope LeaderWorkerSet whose role its
+    DisaggregatedSet still enrolls would run without the channel its slice's other pods carry: it is refused,
+    and its StatefulSet creates it again, until the gate is re-enabled or the annotation removed. Any other pod
+    is left alone."""
+    if child is None or not child.slice_scope:
+        return
+    if await _role_enrolled(client, namespace, child.ds_name, child.role, owner_uid=child.owner_uid):
+        position = decisions.Position(ds=child.ds_name, slice=child.slice, revision=child.revision, role=child.role)
+        raise admission.retry(decisions.gate_off_pod_refusal(position))
+
+
+async def _role_enrolled(client: kube.Api, namespace: str, ds: str, role: str, *, owner_uid: str) -> bool:
+    """Whether the DisaggregatedSet `ds` of `owner_uid`, read afresh, enrolls `role` in slice domains now."""
+    fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, ds, namespace=namespace)
+    model = decisions.parse(fresh) if fresh is not None else None
+    return (
+        model is not None
+        and model.metadata.uid == owner_uid
+        and enrollment.enroll_roles(model).scopes.get(role) is enrollment.RoleScope.SLICE
+    )
 
 
 async def _opted_in_workload(
     client: kube.Api, stores: state.Stores, namespace: str, child: planner.Child
 ) -> planner.Workload | None:
-    """The DisaggregatedSet that controls `child`, when it opted in: from the stores, confirmed afresh when they
-    say no (they may lag behind an opt-in or a new DisaggregatedSet)."""
+    """The DisaggregatedSet that controls `child` (a slice-scope LeaderWorkerSet), when it opted in, or when it
+    opted out since (a stamped child keeps its revision's slice domain until the rollout drains it: upstream
+    never updates a child's templates): from the stores, confirmed afresh when they say no (they may lag
+    behind an opt-in or a new DisaggregatedSet)."""
 
     def fits(workload: planner.Workload | None) -> bool:
-        return workload is not None and workload.uid == child.owner_uid and workload.opted_in
+        return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)
 
     known = stores.workload(namespace, child.ds_name)
     if fits(known):

@@ -242,10 +242,10 @@ def child_errors(
     """Why a slice-scope LeaderWorkerSet of a DisaggregatedSet may not be created (`old` None) or scaled up now.
 
     `role_enrolled`: its DisaggregatedSet enrolls its role in the slice domain now; `domain`: the ComputeDomain
-    of its (slice, revision), read afresh. While the gate is off, a new LeaderWorkerSet of an enrolled role
-    would lack the claim the slice's others carry; while a domain we did not create for this DisaggregatedSet
-    holds the generated name, the slice stays unscaled. Upstream reports either refusal as a reconcile error
-    and tries again. Scaling down, and everything else, is always allowed.
+    of its (slice, revision), read afresh. While the gate is off, a new LeaderWorkerSet of an enrolled role, or
+    new groups of one, would lack the claim the slice's others carry; while a domain we did not create for this
+    DisaggregatedSet holds the generated name, the slice stays unscaled. Upstream reports either refusal as a
+    reconcile error and tries again. Scaling down, and everything else, is always allowed.
     """
     meta = lws.get("metadata") or {}
     position = position_of(meta)
@@ -258,17 +258,10 @@ def child_errors(
     path = "metadata.name" if creating else "spec.replicas"
     slice_text = f'slice {position.slice} of DisaggregatedSet "{position.ds}"'
     if not gate_enabled:
-        if not creating or not role_enrolled:
+        if not role_enrolled:
             return []
-        return [
-            errors.forbidden(
-                path,
-                f'role "{position.role}" of {slice_text} is enrolled in slice ComputeDomains and the AutoComputeDomain '
-                "feature gate is disabled: a new LeaderWorkerSet would lack the ComputeDomain channel the slice's "
-                "others carry; set featureGates.AutoComputeDomain=true (Helm) or AutoComputeDomain: true "
-                f"(Configuration), or remove {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION} from the DisaggregatedSet",
-            )
-        ]
+        added = "a new LeaderWorkerSet" if creating else "new groups of this LeaderWorkerSet"
+        return [errors.forbidden(path, _gate_off_refusal(position, f"{added} would lack"))]
     if domain is not None and not domains.is_owned_by(
         domain, owner_uid=str(owner.get("uid")), manager=keys.DS_CONTROLLER
     ):
@@ -283,7 +276,22 @@ def child_errors(
     return []
 
 
+def _gate_off_refusal(position: Position, lacking: str) -> str:
+    """Why something new of an enrolled role is refused while the gate is off, and the two ways out."""
+    return (
+        f'role "{position.role}" of slice {position.slice} of DisaggregatedSet "{position.ds}" is enrolled in slice '
+        f"ComputeDomains and the AutoComputeDomain feature gate is disabled: {lacking} the ComputeDomain channel the "
+        "slice's others carry; set featureGates.AutoComputeDomain=true (Helm) or AutoComputeDomain: true "
+        f"(Configuration), or remove {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION} from the DisaggregatedSet"
+    )
+
+
 # --- pods ------------------------------------------------------------------------------------------------
+
+
+def gate_off_pod_refusal(position: Position) -> str:
+    """Why a pod of an enrolled role's LeaderWorkerSet is refused while the gate is off: no claim is injected."""
+    return _gate_off_refusal(position, "this pod would run without")
 
 
 def admit_pod(pod: Mapping[str, Any], *, domain: str, domain_ready: bool) -> injection.PodAdmission:

@@ -2,8 +2,10 @@
 
 Rules (the user contract):
 - each (slice, revision) that has a LeaderWorkerSet of an enrolled role (its templates carry the slice stamp)
-  of a live, opted-in DisaggregatedSet has one domain, created as soon as that LeaderWorkerSet exists, before
-  its pods run; every enrolled role of the slice and revision shares it;
+  of a live DisaggregatedSet has one domain, created as soon as that LeaderWorkerSet exists, before its pods
+  run; every enrolled role of the slice and revision shares it. Upstream never updates a LeaderWorkerSet's
+  templates, so one stamped while the set was enrolled keeps its domain after the set opts out, until the
+  rollout drains it;
 - a domain with the generated name that this DisaggregatedSet does not manage is never adopted: warn, and the
   slice stays unscaled (its LeaderWorkerSets are refused at admission) with its pods gated; the warning also
   names such a domain for a slice whose LeaderWorkerSets were refused, as far as its revision can be told;
@@ -206,7 +208,9 @@ def plan(snapshot: Snapshot) -> plans.Plan:
             name = domain_name(snapshot.ds_name, position)
             found = snapshot.domains.get(name)
             if found is None:
-                if workload.opted_in and not workload.deleting:
+                # Active positions are stamped children of this set: one of a revision enrolled before the set
+                # opted out keeps its domain until the rollout drains it.
+                if not workload.deleting:
                     create.append(_to_create(workload, position))
             elif domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER) and domains.is_ready(
                 found,

@@ -11,8 +11,12 @@ from . import admission, handlers, state
 
 IDENTITY = identity.Identity(keys.LWS_CONTROLLER)
 COMPUTE_DOMAIN_VERBS = ("get", "list", "watch", "create", "delete", "patch")
-#: The pod webhook binds a worker to its leader through the worker's StatefulSet, read afresh.
-READS = (preflight.Access(group="apps", resource="statefulsets", verbs=("get",)),)
+#: The pod webhook binds a worker to its leader through the worker's StatefulSet, read afresh; it tells whether a
+#: leader's template revision was opted in from upstream's ControllerRevisions (watched, and listed afresh).
+READS = (
+    preflight.Access(group="apps", resource="statefulsets", verbs=("get",)),
+    preflight.Access(group="apps", resource="controllerrevisions", verbs=("list", "watch")),
+)
 
 # Imported for their registrations on `state.registry`.
 __all__ = ["admission", "handlers"]

@@ -110,7 +110,7 @@ async def admit_pod(
     if isinstance(position, errors.FieldError):
         raise admission.reject([position])
     namespace = pod["metadata"].get("namespace", "")
-    if position.is_leader and not await _opted_in(client, stores, namespace, position.lws):
+    if position.is_leader and not await _opted_in(client, stores, namespace, position.lws, _revision_of(pod)):
         return injection.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
     domain = None if position.is_leader else await _leader_domain(client, namespace, pod, position)
     found = decisions.recorded_name_errors(pod, position, domain)
@@ -128,15 +128,36 @@ def new_token() -> str:
     return "".join(secrets.choice(names.INCARNATION_TOKEN_ALPHABET) for _ in range(names.INCARNATION_TOKEN_LENGTH))
 
 
-async def _opted_in(client: kube.Api, stores: state.Stores, namespace: str, lws: str) -> bool:
-    """Whether the pod's LeaderWorkerSet opted in: from the stores, confirmed afresh when they say no (they may
-    lag behind an opt-in). A pod of a workload that did not opt in is left alone: nothing would ever ungate it."""
+async def _opted_in(client: kube.Api, stores: state.Stores, namespace: str, lws: str, revision: str | None) -> bool:
+    """Whether the pod's LeaderWorkerSet opted in, or the pod's template revision did (it keeps its revision's
+    semantics until the rollout replaces it): from the stores, confirmed afresh when they say no (they may lag
+    behind an opt-in). A pod of a workload that did not opt in is left alone: nothing would ever ungate it."""
     known = stores.workload(namespace, lws)
     if known is not None and known.opted_in:
         return True
     fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws, namespace=namespace)
     annotations = ((fresh or {}).get("metadata") or {}).get("annotations") or {}
-    return opt_in.is_opted_in(annotations, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    if opt_in.is_opted_in(annotations, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION):
+        return True
+    return fresh is not None and revision is not None and await _revision_opted_in(client, stores, fresh, revision)
+
+
+def _revision_of(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get(keys.LWS_TEMPLATE_REVISION_HASH_LABEL)
+
+
+async def _revision_opted_in(client: kube.Api, stores: state.Stores, lws: dict[str, Any], revision: str) -> bool:
+    """Whether upstream recorded the template revision `revision` of `lws` (this incarnation, by uid) stamped:
+    from the stores, read afresh when they do not know it. The pod's label only names the revision: whether it
+    was opted in is upstream's record, never the pod's own labels and annotations, which its creator chooses."""
+    meta = lws["metadata"]
+    namespace, name, uid = meta.get("namespace", ""), meta["name"], meta["uid"]
+    if revision in stores.stamped_revisions(namespace, name, uid):
+        return True
+    selector = f"{keys.LWS_NAME_LABEL}={name},{keys.LWS_TEMPLATE_REVISION_HASH_LABEL}={revision}"
+    page = await client.alist_page("apps/v1", "controllerrevisions", namespace=namespace, label_selector=selector)
+    found = (decisions.template_revision(item) for item in page.items)
+    return decisions.revision_opted_in(found, lws_uid=uid, revision_hash=revision)
 
 
 async def _leader_domain(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mnnvl_api import errors, keys, names
@@ -36,6 +36,50 @@ def _stamped(lws: Mapping[str, Any]) -> bool:
     return any(
         keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {})
         for _, template in _templates(lws)
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TemplateRevision:
+    """One template revision of a LeaderWorkerSet, as upstream records it in a ControllerRevision."""
+
+    lws: str
+    lws_uid: str
+    hash: str
+    #: Its templates carry our stamp: the LeaderWorkerSet was opted in when the revision was made.
+    stamped: bool
+
+
+def template_revision(revision: Mapping[str, Any]) -> TemplateRevision | None:
+    """What upstream's ControllerRevision of a LeaderWorkerSet says; None for any other ControllerRevision (a
+    StatefulSet's carries the same hash label).
+
+    Upstream LWS writes one per template revision, controlled by the LeaderWorkerSet, labelled with the
+    revision's hash, its data holding that revision's `spec.leaderWorkerTemplate`. Its data cannot be changed
+    once written, and only controllers write ControllerRevisions (Kubernetes' `edit` role may only read them),
+    so unlike a pod's labels it tells what the revision really was."""
+    meta = revision.get("metadata") or {}
+    owner = ownership.controller_reference(meta, "LeaderWorkerSet")
+    revision_hash = (meta.get("labels") or {}).get(keys.LWS_TEMPLATE_REVISION_HASH_LABEL)
+    if owner is None or str(owner.get("apiVersion", "")).partition("/")[0] != keys.LWS_GROUP or not revision_hash:
+        return None
+    return TemplateRevision(
+        lws=str(owner.get("name")),
+        lws_uid=str(owner.get("uid")),
+        hash=revision_hash,
+        stamped=_stamped(revision.get("data") or {}),
+    )
+
+
+def revision_opted_in(revisions: Iterable[TemplateRevision | None], *, lws_uid: str, revision_hash: str) -> bool:
+    """Whether the revision `revision_hash` of the LeaderWorkerSet with `lws_uid` was opted in (stamped).
+
+    A pod of such a revision keeps its revision's semantics (the channel claim, its group's domain) until the
+    rollout replaces it, even after the LeaderWorkerSet opted out: upstream recreates a restarted group of a
+    revision the rollout has not reached from that revision's stamped templates."""
+    return any(
+        found is not None and found.stamped and found.lws_uid == lws_uid and found.hash == revision_hash
+        for found in revisions
     )
 
 

@@ -16,8 +16,12 @@ from mnnvl_runtime import operator, reconciling
 from . import executor, planner, state
 
 RESYNC_SECONDS = 30.0
-#: Only replica-scope pods are sent to this controller (all ComputeDomains are: a foreign one may collide).
-WATCH_SELECTORS: operator.WatchSelectors = {"pods": state.POD_SELECTOR}
+#: Only replica-scope pods and the ControllerRevisions of LWS template revisions are sent to this controller (all
+#: ComputeDomains are: a foreign one may collide).
+WATCH_SELECTORS: operator.WatchSelectors = {
+    "pods": state.POD_SELECTOR,
+    ("apps", "v1", "controllerrevisions"): state.REVISION_SELECTOR,
+}
 
 
 STORES = state.STORES
@@ -53,6 +57,18 @@ async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
 @kopf.on.event(keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL, id="leaderworkersets", registry=state.registry)
 async def on_workload(body: kopf.Body, type: str, **_: Any) -> None:
     reconciler().enqueue(*STORES.workload_mirror.observe(body, deleted=type == "DELETED"))
+
+
+@kopf.on.event(
+    "apps",
+    "v1",
+    "controllerrevisions",
+    labels={keys.LWS_TEMPLATE_REVISION_HASH_LABEL: kopf.PRESENT},
+    id="controllerrevisions",
+    registry=state.registry,
+)
+async def on_revision(body: kopf.Body, type: str, **_: Any) -> None:
+    reconciler().enqueue(*STORES.revision_mirror.observe(body, deleted=type == "DELETED"))
 
 
 @kopf.on.event(

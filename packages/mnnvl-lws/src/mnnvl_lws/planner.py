@@ -2,7 +2,9 @@
 
 Rules (the user contract):
 - each live leader incarnation of an opted-in LWS has the domain recorded on its leader pod, when that name
-  is exactly what the replica scope derives for its group; create it if missing;
+  is exactly what the replica scope derives for its group; create it if missing. After the LWS opted out, so
+  does a leader of a revision that was opted in (upstream's record of it is stamped), until the rollout
+  replaces it;
 - a domain with that name that this LWS does not manage is never adopted: warn, and keep the group gated;
 - release pods to the scheduler once their domain is ready (a worker only onto its live leader's domain);
 - a domain is obsolete once no live leader records it (group restarted or replaced, rolling update,
@@ -37,6 +39,8 @@ class PodFacts(plans.PodFacts):
 
     group: int
     is_leader: bool
+    #: Upstream's `template-revision-hash` of the pod (None: it carries none).
+    revision: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,6 +54,8 @@ class Snapshot:
     existing_templates: frozenset[str]
     templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
     domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
+    #: The revision hashes of this LWS (by uid) whose templates upstream recorded with our stamp.
+    stamped_revisions: frozenset[str] = frozenset()
     gate_enabled: bool
 
 
@@ -84,6 +90,11 @@ def has_valid_domain(pod: PodFacts, lws_name: str) -> bool:
     return pod.domain is not None and names.replica_domain_token(pod.domain, lws_name, pod.group) is not None
 
 
+def keeps_opt_in(workload: Workload, leader: PodFacts, stamped_revisions: frozenset[str]) -> bool:
+    """Whether the leader's group is managed: its LWS is opted in, or the leader is of a revision that was."""
+    return workload.opted_in or leader.revision in stamped_revisions
+
+
 def plan(snapshot: Snapshot) -> plans.Plan:
     if not snapshot.gate_enabled:
         return plans.Plan()
@@ -96,18 +107,21 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     warnings = [_invalid_name(p) for p in live_leaders if not has_valid_domain(p, snapshot.lws_name)]
     create: list[plans.DomainToCreate] = []
     ready: set[str] = set()
-    if workload is not None and workload.opted_in and not workload.deleting:
+    if workload is not None and not workload.deleting:
         for leader in valid_leaders:
             assert leader.domain is not None
+            if not keeps_opt_in(workload, leader, snapshot.stamped_revisions):
+                continue
             found = snapshot.domains.get(leader.domain)
             if found is None:
                 if not leader.deleting:
                     create.append(_to_create(workload, leader))
             elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
                 warnings.append(_foreign(workload, leader, found))
-        warnings += plans.pods_without_claim(
-            snapshot.pods, kind="LeaderWorkerSet", workload=workload.name, controller=MANAGER
-        )
+        if workload.opted_in:
+            warnings += plans.pods_without_claim(
+                snapshot.pods, kind="LeaderWorkerSet", workload=workload.name, controller=MANAGER
+            )
     if workload is not None:
         ready = {
             name

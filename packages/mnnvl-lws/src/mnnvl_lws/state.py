@@ -20,6 +20,8 @@ registry = kopf.OperatorRegistry()
 NamespacedName = tuple[str, str]
 #: Only replica-scope pods are watched (and listed); every ComputeDomain is (a foreign one may collide).
 POD_SELECTOR = keys.SCOPE_LABEL
+#: Only ControllerRevisions of LWS template revisions (and of their StatefulSets, which `apply_revision` skips).
+REVISION_SELECTOR = keys.LWS_TEMPLATE_REVISION_HASH_LABEL
 
 
 @dataclasses.dataclass
@@ -29,6 +31,10 @@ class Stores(stores.ScopeStores):
     pods: indexes.Index[NamespacedName, planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, LWS name) → the LeaderWorkerSet
     workloads: indexes.Index[NamespacedName, planner.Workload] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, LWS name) → upstream's records of its template revisions
+    revisions: indexes.Index[NamespacedName, decisions.TemplateRevision] = dataclasses.field(
+        default_factory=indexes.Index
+    )
 
     def __post_init__(self) -> None:
         self.pod_mirror = stores.Mirror(
@@ -36,6 +42,10 @@ class Stores(stores.ScopeStores):
         )
         self.workload_mirror = stores.Mirror(
             stores.Resource(api_version=keys.LWS_API_VERSION, plural=keys.LWS_PLURAL), self.apply_workload
+        )
+        self.revision_mirror = stores.Mirror(
+            stores.Resource(api_version="apps/v1", plural="controllerrevisions", label_selector=REVISION_SELECTOR),
+            self.apply_revision,
         )
         self.domain_mirror = stores.Mirror(
             stores.Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=keys.COMPUTE_DOMAIN_PLURAL),
@@ -47,7 +57,7 @@ class Stores(stores.ScopeStores):
 
     @property
     def mirrors(self) -> list[stores.Mirror[NamespacedName]]:
-        return [self.pod_mirror, self.workload_mirror, self.domain_mirror, self.template_mirror]
+        return [self.pod_mirror, self.workload_mirror, self.revision_mirror, self.domain_mirror, self.template_mirror]
 
     # --- feeding (through the mirrors: watch events and fresh lists) ---------------------------------------
 
@@ -88,10 +98,29 @@ class Stores(stores.ScopeStores):
         self.workloads.put(uid, {workload: facts}, version=indexes.version_of(lws))
         return [workload]
 
+    def apply_revision(self, uid: str, revision: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index upstream's record of an LWS template revision; returns the (namespace, LWS) it belongs to."""
+        before = self.revisions.groups_of(uid)
+        self.revisions.drop(uid)
+        facts = None if revision is None else decisions.template_revision(revision)
+        if revision is None or facts is None:
+            return list(before)
+        key = (revision["metadata"].get("namespace", ""), facts.lws)
+        self.revisions.put(uid, {key: facts})
+        return sorted({*before, key})
+
     # --- reading -------------------------------------------------------------------------------------------
 
     def workload(self, namespace: str, name: str) -> planner.Workload | None:
         return self.workloads.newest((namespace, name))
+
+    def stamped_revisions(self, namespace: str, lws: str, lws_uid: str) -> frozenset[str]:
+        """The revision hashes of the LWS with `lws_uid` that upstream recorded with our stamp."""
+        return frozenset(
+            found.hash
+            for found in self.revisions.get((namespace, lws)).values()
+            if decisions.revision_opted_in([found], lws_uid=lws_uid, revision_hash=found.hash)
+        )
 
     def domain_ready(self, namespace: str, name: str, lws: str) -> bool:
         workload = self.workload(namespace, lws)
@@ -112,15 +141,17 @@ class Stores(stores.ScopeStores):
             if pod.domain and pod.domain not in found and (recorded := self.shared.domain(namespace, pod.domain)):
                 found[pod.domain] = recorded
         usage = self.usage(namespace, found, (p.domain for p in pods if p.domain))
+        workload = self.workload(namespace, lws)
         return planner.Snapshot(
             namespace=namespace,
             lws_name=lws,
-            workload=self.workload(namespace, lws),
+            workload=workload,
             pods=pods,
             domains=found,
             existing_templates=usage.existing_templates,
             templates_in_use=usage.templates_in_use,
             domains_recorded=usage.domains_recorded,
+            stamped_revisions=frozenset() if workload is None else self.stamped_revisions(namespace, lws, workload.uid),
             gate_enabled=gate_enabled,
         )
 
@@ -134,7 +165,8 @@ class Stores(stores.ScopeStores):
 
 def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planner.PodFacts:
     observed = dataclasses.asdict(plans.pod_facts(pod))
-    return planner.PodFacts(**observed, group=position.group, is_leader=position.is_leader)
+    revision = (pod["metadata"].get("labels") or {}).get(keys.LWS_TEMPLATE_REVISION_HASH_LABEL)
+    return planner.PodFacts(**observed, group=position.group, is_leader=position.is_leader, revision=revision)
 
 
 #: The one store of this process: fed by the watch handlers and fresh lists, read by reconciliation and admission.
