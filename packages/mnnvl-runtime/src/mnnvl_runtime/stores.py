@@ -173,7 +173,7 @@ class StoreSync(Generic[Key]):
             ):
                 touched += mirror.take_page(page.items)
                 version = page.resource_version
-        except (kube.ApiError, OSError) as error:
+        except kube.ApiError as error:  # an error status, or no answer at all (`kube.UnreachableError`)
             mirror.finish_list_aborted()
             RESYNC_ERRORS.labels(resource=name).inc()
             log.warning("watch store resync failed", extra={"resource": name, "error": str(error)})
