@@ -27,4 +27,26 @@ class Guard:
     replace: str
 
 
-GUARDS: tuple[Guard, ...] = ()
+GUARDS: tuple[Guard, ...] = (
+    Guard(
+        name="guardian-deny-refuses-in-use-deletion",
+        keeps="no domain starts deleting while a non-terminal pod references it (Deny mode)",
+        path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
+        find="            raise kopf.AdmissionError(reason, code=403)",
+        replace="            return",
+    ),
+    Guard(
+        name="guardian-deny-fresh-check-before-allowing",
+        keeps="a deletion the guardian's stores see no user for is allowed only after a fresh list finds none",
+        path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
+        find="    if not users:\n        named = await writer.fresh_users(domain)",
+        replace="    if False:\n        named = await writer.fresh_users(domain)",
+    ),
+    Guard(
+        name="guardian-deny-refuses-when-unverified",
+        keeps="a deletion whose in-use check did not finish in time (or failed) is refused, never allowed unchecked",
+        path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
+        find="        return planner.unverified(domain, within)",
+        replace="        return None",
+    ),
+)

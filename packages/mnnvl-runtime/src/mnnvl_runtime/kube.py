@@ -23,6 +23,7 @@ import http.client
 import json
 import logging
 import pathlib
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, ParamSpec, Protocol, TypeVar
@@ -69,6 +70,21 @@ class UnreachableError(ApiError):
 
 def status_of(error: BaseException) -> int | None:
     return error.status if isinstance(error, exceptions.ApiException) else None
+
+
+#: How the API server words a webhook's refusal: `admission webhook "<name>" denied the request: <its message>`.
+WEBHOOK_DENIAL: Final = re.compile(r'admission webhook "[^"]+" denied the request')
+
+
+def admission_denial(error: ApiError) -> str | None:
+    """The API server's message when an admission webhook refused the request, from the Status it answered with;
+    None for any other error (the 403 of RBAC included), so the two are never confused."""
+    try:
+        status = json.loads(error.body or "")
+    except ValueError:
+        return None
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) and WEBHOOK_DENIAL.match(message) else None
 
 
 def _transient(error: BaseException) -> bool:

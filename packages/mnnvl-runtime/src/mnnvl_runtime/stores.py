@@ -263,6 +263,12 @@ class DomainStores:
             facts.name,
         ) in self.domain_recorders
 
+    def users(self, facts: domains.DomainFacts) -> list[str]:
+        """The names of the non-terminal pods the stores know to hold the domain's claim or record the domain."""
+        holding = self.template_users.get((facts.namespace, facts.claim_template)).values()
+        recording = self.domain_recorders.get((facts.namespace, facts.name)).values()
+        return sorted({*holding, *recording})
+
     def domain_states(self) -> dict[str, int]:
         """How many domains are indexed under a workload (those its manager manages, see `apply_domain`), by
         state: `pending` (no claim template yet), `ready`, `terminating`."""
