@@ -29,7 +29,7 @@ from mnnvl_api.models import configuration
 from mnnvl_runtime import admission, kube, operator
 from mnnvl_runtime import domains as writing
 
-from . import handlers, planner, state, telemetry
+from . import planner, state, telemetry
 
 log = logging.getLogger(__name__)
 #: The longest a check may take: inside the chart's 10 s webhook timeout, with room for the API server's side.
@@ -55,9 +55,9 @@ async def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> N
         domain = domains.facts_of(body)
         if not domain.managed:
             return
-        guardian = handlers.guardian()
-        indexed = guardian.stores.shared.users(domain) if guardian.loop.sync.synced.is_set() else []
-        reason = await bounded_refusal(context.client, guardian.loop.writer, domain, indexed)
+        reads: state.DenyReads = memo["deny_reads"]
+        indexed = reads.stores.shared.users(domain) if reads.synced.is_set() else []
+        reason = await bounded_refusal(context.client, reads.writer, domain, indexed)
         if reason is not None:
             telemetry.REFUSALS.inc()
             log.info("deletion refused", extra={"namespace": domain.namespace, "compute_domain": domain.name})
