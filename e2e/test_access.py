@@ -70,6 +70,8 @@ def needs(block: str) -> list[Can]:
         return [
             *common,
             *(Can(verb, "pods", namespace="") for verb in ("list", "watch")),
+            Can("get", "pods"),  # Deny mode reads back the pods its store names
+            Can("get", "nodes", namespace=""),  # and the nodes of terminating ones (stuck pods)
             *(Can(verb, "computedomains", cd, "") for verb in ("list", "watch")),
             *(Can(verb, "computedomains", cd) for verb in ("get", "patch")),
         ]
@@ -132,7 +134,9 @@ def forbidden(block: str) -> list[Can]:
         never += [Can("get", "configmaps", namespace=None, name="mnnvl-clique-census")]
         never += [Can("patch", "pods")]
     else:
-        never += [Can("create", "topologies", "kai.scheduler", ""), Can("get", "nodes", namespace="")]
+        never += [Can("create", "topologies", "kai.scheduler", "")]
+    if block in ("lws", "ds"):
+        never += [Can("get", "nodes", namespace="")]
     if block in ("lws", "guardian"):
         never += [Can("patch", "disaggregatedsets", "disaggregatedset.x-k8s.io")]
     return never

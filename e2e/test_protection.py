@@ -17,6 +17,7 @@ from mnnvl_testbed import cluster, controllers, processes, testing
 from . import workloads
 
 GUARDIAN = keys.GUARDIAN_CONTROLLER
+HOLD_FINALIZER = "e2e.mnnvl.test/hold"
 
 
 @pytest.fixture
@@ -168,6 +169,39 @@ def test_deny_mode_refuses_to_delete_an_in_use_domain_naming_its_pods(
     api.request("DELETE", domain_path(ns, domain))
     wait_gone(api, ns, domain, "the unused domain deleted")
     assert workloads.in_use_teardowns(api, ns) == []
+
+
+def test_deny_mode_names_a_pod_stuck_terminating_and_the_command_that_lets_it_go(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, guardian_alone: None
+) -> None:
+    """A pod that cannot finish terminating (a finalizer plays the lost node's kubelet) and is past its grace period
+    keeps its domain's deletion refused in Deny mode; the refusal names it as stuck with the force-delete command,
+    not as a workload to scale down. Once the pod is gone, the deletion is allowed."""
+    controllers.start(testbed, GUARDIAN, gate=True, extra_config={"computeDomain": {"deletionProtection": "Deny"}})
+    domain = running_workload(api, ns, "held")
+    stop_lws(testbed)
+    worker = kube.path_of("v1", "pods", namespace=ns, name="held-0-1")
+    api.patch(worker, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    try:
+        api.request("DELETE", workloads.lws_path(ns, "held"))
+        testing.wait_for(
+            lambda: [p["metadata"]["name"] for p in testing.pods(api, ns)] == ["held-0-1"],
+            what="every pod of the workload gone but the held worker",
+            state=testing.state_of(lambda: workloads.summary(api, ns)),
+            timeout=60,
+        )
+        # No grace period left: the deletionTimestamp is now, and the pod stays only for its finalizer.
+        api.request("DELETE", worker, body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+        message = workloads.rejection(lambda: api.request("DELETE", domain_path(ns, domain)))
+        assert f"ComputeDomain {domain} is held by 1 pod(s) stuck Terminating" in message, message
+        assert f"force-delete them: kubectl delete pod -n {ns} --force --grace-period=0 held-0-1;" in message
+        assert "Scale down" not in message
+        assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
+    finally:
+        api.patch(worker, {"metadata": {"finalizers": None}})
+    testing.wait_for(lambda: testing.pods(api, ns) == [], what="the held worker gone", timeout=60)
+    api.request("DELETE", domain_path(ns, domain))
+    wait_gone(api, ns, domain, "the unused domain deleted")
 
 
 @pytest.mark.in_use_teardown_expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -107,6 +108,72 @@ def test_a_write_refused_for_good_is_reported_once_and_retried_with_back_off() -
     assert [(e["reason"], e["type"]) for e in client.events] == [("ComputeDomainWriteFailed", "Warning")]
     assert "Could not create ComputeDomain dsr1-0-bbbbb: 403 Forbidden" in client.events[0]["message"]
     assert counted._value.get() == before + 1
+
+
+#: The Status the API server answers a DELETE with when the guardian's webhook refuses it (Deny mode).
+GUARDIAN_DENIAL = json.dumps(
+    {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'admission webhook "validate-computedomain-delete.mnnvl-guardian.mnnvl.dev" denied the request: '
+        "ComputeDomain dsr1-0-bbbbb is in use by pods dsr1-0, dsr1-0-1: deleting it now would tear down IMEX",
+        "code": 403,
+    }
+)
+#: The Status of a DELETE that RBAC forbids.
+RBAC_DENIAL = json.dumps(
+    {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'computedomains.resource.nvidia.com "dsr1-0-bbbbb" is forbidden: User '
+        '"system:serviceaccount:mnnvl-system:mnnvl-lws" cannot delete resource "computedomains" in API group '
+        '"resource.nvidia.com" in the namespace "serving"',
+        "reason": "Forbidden",
+        "details": {"name": "dsr1-0-bbbbb", "group": "resource.nvidia.com", "kind": "computedomains"},
+        "code": 403,
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (GUARDIAN_DENIAL, json.loads(GUARDIAN_DENIAL)["message"]),
+        (RBAC_DENIAL, None),
+        ("", None),
+        ("<html>not json</html>", None),
+        ('["a list"]', None),
+    ],
+    ids=["webhook", "rbac", "empty", "not-json", "not-a-status"],
+)
+def test_an_admission_denial_is_told_apart_from_any_other_refusal(body: str, expected: str | None) -> None:
+    assert kube.admission_denial(kube.ApiError(status=403, reason="Forbidden", body=body)) == expected
+
+
+def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_problem() -> None:
+    client = Forbidden()
+    domain_writer = writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
+    counted = writing.PERMANENT_ERRORS.labels(action="delete", status="403")
+    before = counted._value.get()
+
+    async def refused() -> bool:
+        raise kube.ApiError(status=403, reason="Forbidden", body=GUARDIAN_DENIAL)
+
+    with pytest.raises(kube.ApiError):
+        asyncio.run(domain_writer.guarded("delete", f"ComputeDomain {NAME}", WORKLOAD, refused))
+    [event] = client.events
+    assert event["reason"] == "ComputeDomainWriteFailed"
+    assert event["message"] == (
+        "Could not delete ComputeDomain dsr1-0-bbbbb, refused at admission: admission webhook "
+        '"validate-computedomain-delete.mnnvl-guardian.mnnvl.dev" denied the request: ComputeDomain dsr1-0-bbbbb '
+        "is in use by pods dsr1-0, dsr1-0-1: deleting it now would tear down IMEX; retried with back-off"
+    )
+    assert "RBAC" not in event["message"]
+    assert counted._value.get() == before  # not a write error of ours
 
 
 def test_the_guardian_adds_its_finalizer_only_to_the_version_it_read() -> None:

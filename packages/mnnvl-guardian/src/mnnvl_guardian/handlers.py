@@ -69,6 +69,7 @@ async def start(memo: Any, **_: Any) -> None:
     global _guardian  # noqa: PLW0603 - one guardian per process, created once kopf runs
     _guardian = Guardian(operator.context_of(memo), STORES)
     memo["tasks"] = _guardian.loop.start(STORES.domain_keys, every=RESYNC_SECONDS, then=_guardian.publish_gauges)
+    memo["deny_reads"] = state.DenyReads(stores=STORES, synced=_guardian.loop.sync.synced, writer=_guardian.loop.writer)
 
 
 def _managed(value: str | None, **_: Any) -> bool:

@@ -3,6 +3,7 @@ lists (the shared `DomainStores`)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +12,7 @@ import kopf
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains
+from mnnvl_runtime import domains as writing
 from mnnvl_runtime import stores
 
 registry = kopf.OperatorRegistry()
@@ -72,3 +74,13 @@ class Stores:
 
     def domain_keys(self) -> list[NamespacedName]:
         return [(namespace, name) for tag, namespace, name in self.shared.compute_domains.groups() if tag == "name"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DenyReads:
+    """What Deny mode's webhook reads of the running guardian (handed over in kopf's memo as `deny_reads`): its
+    stores, their sync barrier, and its domain writer, whose limiter of fresh lists the webhook's lists share."""
+
+    stores: Stores
+    synced: asyncio.Event
+    writer: writing.DomainWriter

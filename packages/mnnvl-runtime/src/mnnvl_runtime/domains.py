@@ -141,11 +141,17 @@ class DomainWriter:
             return await write()
         except kube.ApiError as error:
             if error.status in PERMANENT_STATUSES:
+                # A webhook's refusal (the guardian in Deny mode: the domain is in use, and by whom) is no RBAC
+                # problem and no write error of ours: it is reported as what the webhook said.
+                denial = kube.admission_denial(error)
                 message = (
                     f"Could not {action} {target}: {error.status} {error.reason}; check the controller's RBAC "
                     f"(ClusterRole of {self.component}) and the object, the write is retried with back-off"
+                    if denial is None
+                    else f"Could not {action} {target}, refused at admission: {denial}; retried with back-off"
                 )
-                if await self.warn_once(workload, events.COMPUTE_DOMAIN_WRITE_FAILED_REASON, message):
+                posted = await self.warn_once(workload, events.COMPUTE_DOMAIN_WRITE_FAILED_REASON, message)
+                if posted and denial is None:
                     PERMANENT_ERRORS.labels(action=action, status=str(error.status)).inc()
             raise
 
@@ -214,7 +220,8 @@ class DomainWriter:
         )
         return None if found is None else (found, domains.facts_of(found))
 
-    async def _users(self, domain: domains.DomainFacts) -> list[str]:
+    async def fresh_users(self, domain: domains.DomainFacts) -> list[str]:
+        """`users_of` from a fresh list, at most `FRESH_POD_LISTS_AT_ONCE` of them at once for this writer."""
         async with self._pod_lists:
             return await users_of(self.client, domain)
 
@@ -228,7 +235,7 @@ class DomainWriter:
         current, domain = fresh
         if domain.deleting or not belongs(domain):
             return Deletion()
-        users = await self._users(domain)
+        users = await self.fresh_users(domain)
         if domain.condemned:
             self._condemned_seen.setdefault(domain.uid, self.clock())
         decision = fencing.next_step(
@@ -317,7 +324,7 @@ class DomainWriter:
         current, domain = fresh
         if not domain.deleting or not domain.protected or not belongs(domain):
             return None
-        users = await self._users(domain)
+        users = await self.fresh_users(domain)
         if users:
             log.info("compute domain still in use", extra={"compute_domain": name, "pods": users[:5]})
             return None

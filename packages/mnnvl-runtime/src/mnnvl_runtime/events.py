@@ -44,6 +44,6 @@ async def post(client: kube.Api, event: kube.Object) -> None:
     namespace = event["metadata"]["namespace"]
     try:
         await client.arequest("POST", kube.path_of("v1", "events", namespace=namespace), body=event)
-    except (kube.ApiError, OSError) as error:
+    except kube.ApiError as error:  # an error status, or no answer at all (`kube.UnreachableError`)
         fields: dict[str, Any] = {"reason": event["reason"], "error": str(error)}
         log.warning("event not recorded", extra=fields)

@@ -2,8 +2,11 @@
 
 Objects stay plain dicts, exactly as the API server sends them, because the decision functions read them
 that way. Every call is retried with bounded back-off on throttling (429), server errors (5xx) and broken
-connections; conflicts are left to `modify`, which re-reads and recomputes. Writes to shared objects use
-server-side apply under the controller's own field manager. The `a*` methods run the blocking client on a
+connections; conflicts are left to `modify`, which re-reads and recomputes. Whatever stops a call from getting
+an answer (refused, reset, timed out, TLS, a truncated body), once the retries are spent, is raised as
+`UnreachableError`, an `ApiError` without a status: a caller handles one error type for every way a call can
+fail, and a loop that must outlive an API-server restart catches it like any other API error. Writes to shared
+objects use server-side apply under the controller's own field manager. The `a*` methods run the blocking client on a
 thread pool of the client's own, sized for I/O (not asyncio's default pool of a few threads), so an asyncio
 event loop is never blocked and many passes can wait on the API at once; the HTTP connection pool is as large,
 so those requests are not queued behind a few connections.
@@ -16,9 +19,11 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
+import http.client
 import json
 import logging
 import pathlib
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, ParamSpec, Protocol, TypeVar
@@ -48,12 +53,42 @@ Params = ParamSpec("Params")
 Result = TypeVar("Result")
 
 
+#: How a call fails without an answer from the API server: urllib3's errors (MaxRetryError on a refused or reset
+#: connection or a timeout, ProtocolError on a body cut short), socket and TLS errors, and http.client's own.
+TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException)
+
+
+class UnreachableError(ApiError):
+    """No answer from the API server for one call, after the retries: an `ApiError` whose status is None."""
+
+    def __init__(self, method: str, path: str, cause: BaseException) -> None:
+        super().__init__(reason=f"{method} {path}: no answer from the API server: {cause}")
+
+    def __str__(self) -> str:
+        return str(self.reason)
+
+
 def status_of(error: BaseException) -> int | None:
     return error.status if isinstance(error, exceptions.ApiException) else None
 
 
+#: How the API server words a webhook's refusal: `admission webhook "<name>" denied the request: <its message>`.
+WEBHOOK_DENIAL: Final = re.compile(r'admission webhook "[^"]+" denied the request')
+
+
+def admission_denial(error: ApiError) -> str | None:
+    """The API server's message when an admission webhook refused the request, from the Status it answered with;
+    None for any other error (the 403 of RBAC included), so the two are never confused."""
+    try:
+        status = json.loads(error.body or "")
+    except ValueError:
+        return None
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) and WEBHOOK_DENIAL.match(message) else None
+
+
 def _transient(error: BaseException) -> bool:
-    return status_of(error) in RETRIED_STATUSES or isinstance(error, urllib3.exceptions.HTTPError | ConnectionError)
+    return status_of(error) in RETRIED_STATUSES or isinstance(error, TRANSPORT_ERRORS)
 
 
 def path_of(api_version: str, plural: str, *, namespace: str | None = None, name: str | None = None) -> str:
@@ -178,10 +213,14 @@ class Kube:
         content_type: str = JSON,
         timeout: float = 30.0,
     ) -> Object:
-        """One API call, retried while transient; the decoded JSON, or ApiError for any status >= 400."""
-        result: Object = self._retrying(
-            self._once, method, path, query=query, body=body, content_type=content_type, timeout=timeout
-        )
+        """One API call, retried while transient; the decoded JSON, or ApiError for any status >= 400 and
+        UnreachableError when no answer came."""
+        try:
+            result: Object = self._retrying(
+                self._once, method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            )
+        except TRANSPORT_ERRORS as error:
+            raise UnreachableError(method, path, error) from error
         return result
 
     def _once(

@@ -173,7 +173,7 @@ class StoreSync(Generic[Key]):
             ):
                 touched += mirror.take_page(page.items)
                 version = page.resource_version
-        except (kube.ApiError, OSError) as error:
+        except kube.ApiError as error:  # an error status, or no answer at all (`kube.UnreachableError`)
             mirror.finish_list_aborted()
             RESYNC_ERRORS.labels(resource=name).inc()
             log.warning("watch store resync failed", extra={"resource": name, "error": str(error)})
@@ -262,6 +262,12 @@ class DomainStores:
             facts.namespace,
             facts.name,
         ) in self.domain_recorders
+
+    def users(self, facts: domains.DomainFacts) -> list[str]:
+        """The names of the non-terminal pods the stores know to hold the domain's claim or record the domain."""
+        holding = self.template_users.get((facts.namespace, facts.claim_template)).values()
+        recording = self.domain_recorders.get((facts.namespace, facts.name)).values()
+        return sorted({*holding, *recording})
 
     def domain_states(self) -> dict[str, int]:
         """How many domains are indexed under a workload (those its manager manages, see `apply_domain`), by

@@ -9,6 +9,7 @@ clique size and the CRD releases, so later commands and test sessions reuse a ru
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -18,6 +19,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -380,15 +382,20 @@ def _start_etcd(supervisor: processes.Supervisor, binary: pathlib.Path, testbed:
 def _start_apiserver(
     supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed, ca: certs.KeyPair, pki_dir: pathlib.Path
 ) -> None:
-    serving = certs.issue(
+    certs.issue(
         ca,
         certs.KeyPair(pki_dir / "apiserver.crt", pki_dir / "apiserver.key"),
         common_name="kube-apiserver",
         hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"),
     )
-    service_accounts = certs.ensure_service_account_keys(pki_dir)
-    audit_policy = testbed.state_dir / "audit-policy.yaml"
-    audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    certs.ensure_service_account_keys(pki_dir)
+    (testbed.state_dir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
+    _launch_apiserver(supervisor, binary, testbed)
+
+
+def _launch_apiserver(supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed) -> None:
+    """Start kube-apiserver from the certificates and audit policy in the state dir, and wait until it is ready."""
+    pki_dir = testbed.state_dir / "pki"
     supervisor.start(
         "kube-apiserver",
         [
@@ -397,12 +404,12 @@ def _start_apiserver(
             f"--secure-port={testbed.ports['kube-apiserver']}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
-            f"--tls-cert-file={serving.cert}",
-            f"--tls-private-key-file={serving.key}",
-            f"--client-ca-file={ca.cert}",
+            f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+            f"--client-ca-file={testbed.ca_cert}",
             "--authorization-mode=RBAC",
-            f"--service-account-key-file={service_accounts.cert}",
-            f"--service-account-signing-key-file={service_accounts.key}",
+            f"--service-account-key-file={pki_dir / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none",
@@ -412,16 +419,30 @@ def _start_apiserver(
             "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
-            f"--audit-policy-file={audit_policy}",
+            f"--audit-policy-file={testbed.state_dir / 'audit-policy.yaml'}",
             f"--audit-log-path={audit_log(testbed.state_dir)}",
             "--audit-log-maxsize=200",
             "--audit-log-maxbackup=1",
             "--v=1",
         ],
     )
-    context = ssl.create_default_context(cafile=str(ca.cert))
+    context = ssl.create_default_context(cafile=str(testbed.ca_cert))
     context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
     _wait_http(supervisor, "kube-apiserver", f"{testbed.server}/readyz", context=context, timeout=120)
+
+
+@contextlib.contextmanager
+def apiserver_stopped(testbed: Testbed) -> Iterator[None]:
+    """kube-apiserver stopped for the body, as in an API-server restart or an outage: its port refuses every
+    connection while etcd and everything else keep running. Started again afterwards, on the same port with the
+    same flags and data, and ready, however the body ended."""
+    supervisor = processes.Supervisor(testbed.state_dir)
+    binary = building.ensure_binaries((versions.KUBE_APISERVER,))["kube-apiserver"]
+    supervisor.stop("kube-apiserver")
+    try:
+        yield
+    finally:
+        _launch_apiserver(supervisor, binary, testbed)
 
 
 def _install_apis(api: kube.Kube, testbed: Testbed) -> None:
