@@ -17,12 +17,14 @@ from typing import Any
 import yaml
 
 from mnnvl_api import keys
+from mnnvl_api.models import configuration as configuration_file
 from mnnvl_runtime import certs
 
 from . import cluster, processes, release, waiting
 
 NAMESPACE = release.NAMESPACE
-DELETION_FENCE_SECONDS = 2.0
+#: The shortest fence the testbed's kube-apiserver request timeout allows.
+DELETION_FENCE_SECONDS = configuration_file.minimum_fence_seconds(cluster.API_SERVER_REQUEST_TIMEOUT_SECONDS)
 STORE_RESYNC_SECONDS = 10.0
 
 
@@ -157,9 +159,12 @@ def _block_values(
             "renewDeadlineSeconds": 4,
             "retryPeriodSeconds": 1,
         },
-        # Admission here takes milliseconds, so a short fence still outlasts it; stores re-list often so tests of
-        # missed deletions finish quickly.
-        "computeDomain": {"deletionFenceSeconds": DELETION_FENCE_SECONDS},
+        # The testbed's kube-apiserver serves no request longer than its short request timeout, so the short fence
+        # is a legal one; stores re-list often so tests of missed deletions finish quickly.
+        "computeDomain": {
+            "apiServerRequestTimeoutSeconds": cluster.API_SERVER_REQUEST_TIMEOUT_SECONDS,
+            "deletionFenceSeconds": DELETION_FENCE_SECONDS,
+        },
         "watching": {"storeResyncSeconds": STORE_RESYNC_SECONDS},
     }
     for section, section_values in (extra_config or {}).items():
