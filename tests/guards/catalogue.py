@@ -27,4 +27,40 @@ class Guard:
     replace: str
 
 
-GUARDS: tuple[Guard, ...] = ()
+GUARDS: tuple[Guard, ...] = (
+    Guard(
+        name="fence-timed-per-mark",
+        keeps="no domain deleted under a pod: a mark lifted and set again gets a fence of its own",
+        path="packages/mnnvl-api/src/mnnvl_api/decisions/fencing.py",
+        find=" and previous.mark == mark and ",
+        replace=" and ",
+    ),
+    Guard(
+        name="fence-mark-nonce",
+        keeps="no domain deleted under a pod: every condemned mark carries a value of its own",
+        path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
+        find='mark, term = f"{self.component}/{uuid.uuid4().hex}", self.term()',
+        replace="mark, term = self.component, self.term()",
+    ),
+    Guard(
+        name="fence-forgotten-on-lease-change",
+        keeps="no domain deleted under a pod: a replica leading again trusts no sighting from an earlier term",
+        path="packages/mnnvl-api/src/mnnvl_api/decisions/fencing.py",
+        find=" and previous.term == term:",
+        replace=":",
+    ),
+    Guard(
+        name="fence-counted-to-the-list-start",
+        keeps="no domain deleted under a pod: the fence is counted to when the final pod list began",
+        path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
+        find="            now=checked_at,\n            fence_seconds=self.fence_seconds,\n",
+        replace="            now=self.clock(),\n            fence_seconds=self.fence_seconds,\n",
+    ),
+    Guard(
+        name="fence-minimum-in-the-loader",
+        keeps="no domain deleted under a pod: a fence shorter than the API server's request timeout is refused",
+        path="packages/mnnvl-api/src/mnnvl_api/models/configuration.py",
+        find="        elif self.deletion_fence_seconds < minimum:\n",
+        replace="        elif self.deletion_fence_seconds < 0:\n",
+    ),
+)
