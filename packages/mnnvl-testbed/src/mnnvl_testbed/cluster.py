@@ -30,9 +30,6 @@ from . import building, crds, manifests, processes, simulator, thirdparty, versi
 DEFAULT_NODES = 8
 FIELD_MANAGER = "mnnvl-testbed"
 SERVICE_CIDR = "10.96.0.0/16"
-#: The kube-apiserver's `--request-timeout`: short, so the short deletion fence the controllers are given here is
-#: a legal one (admission on the testbed takes milliseconds; Kubernetes' default is 60 s).
-API_SERVER_REQUEST_TIMEOUT_SECONDS = 1
 # The order components are stopped in is the reverse of this.
 COMPONENTS = (
     "etcd",
@@ -415,7 +412,6 @@ def _start_apiserver(
             "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
-            f"--request-timeout={API_SERVER_REQUEST_TIMEOUT_SECONDS}s",
             f"--audit-policy-file={audit_policy}",
             f"--audit-log-path={audit_log(testbed.state_dir)}",
             "--audit-log-maxsize=200",
