@@ -6,9 +6,11 @@ import pathlib
 from typing import Any
 
 import pytest
+import yaml
 
 from mnnvl_api.models import configuration as configuration_file
 from mnnvl_runtime import settings
+from mnnvl_testbed import chart
 
 from .conftest import MATRIX, Render, by_kind
 
@@ -31,7 +33,7 @@ def test_every_configuration_key_the_chart_accepts_is_one_the_controllers_accept
     render: Render, tmp_path: pathlib.Path
 ) -> None:
     extra = {
-        "computeDomain": {"deletionFenceSeconds": 45},
+        "computeDomain": {"apiServerRequestTimeoutSeconds": 30, "deletionFenceSeconds": 45},
         "leaderElection": {
             "leaderElect": True,
             "leaseDurationSeconds": 30,
@@ -48,6 +50,7 @@ def test_every_configuration_key_the_chart_accepts_is_one_the_controllers_accept
     assert loaded.leader_election.lease_duration_seconds == 30
     assert loaded.reconciliation.concurrency == 32
     assert loaded.compute_domain.deletion_fence_seconds == 45
+    assert loaded.compute_domain.api_server_request_timeout_seconds == 30
     assert loaded.compute_domain.deletion_protection is configuration_file.DeletionProtection.DENY
     assert loaded.webhook.cert_dir == "/var/run/mnnvl/webhook-certs"
     assert (loaded.metrics_bind_address, loaded.health_bind_address) == (":8080", ":8081")
@@ -84,3 +87,31 @@ def test_a_custom_topologies_list_reaches_the_rendered_configuration_and_loads(
         ("racks", "racks-binding", False),
     ]
     assert [level.alias for level in loaded.topologies[0].levels] == ["clique", None]
+
+
+@pytest.mark.parametrize(
+    ("compute_domain", "accepted"),
+    [
+        pytest.param({"deletionFenceSeconds": 61}, True, id="at-the-default-bound"),
+        pytest.param({"apiServerRequestTimeoutSeconds": 1, "deletionFenceSeconds": 2}, True, id="at-a-declared-bound"),
+        pytest.param({"apiServerRequestTimeoutSeconds": 1, "deletionFenceSeconds": 1.5}, False, id="below-a-declared"),
+        pytest.param({"deletionFenceSeconds": 60.5}, False, id="below-the-default-bound"),
+    ],
+)
+def test_the_chart_and_the_controllers_draw_the_fence_bound_at_the_same_place(
+    render: Render, tmp_path: pathlib.Path, compute_domain: dict[str, float], accepted: bool
+) -> None:
+    """The chart refuses exactly the fences the controllers' loader refuses (the margin is written in both)."""
+    path = tmp_path / "lws.yaml"
+    path.write_text(yaml.safe_dump({"computeDomain": compute_domain}))
+    try:
+        settings.load_configuration(path)
+        loader_accepts = True
+    except settings.SettingsError:
+        loader_accepts = False
+    try:
+        render(overrides={"lws": {"configuration": {"computeDomain": compute_domain}}})
+        chart_accepts = True
+    except chart.RenderError:
+        chart_accepts = False
+    assert (loader_accepts, chart_accepts) == (accepted, accepted)

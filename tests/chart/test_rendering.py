@@ -98,6 +98,30 @@ def test_every_rendered_object_is_valid_against_its_schema(
             id="topology-scheduler-name-not-dns",
         ),
         pytest.param(
+            {"lws": {"configuration": {"computeDomain": {"deletionFenceSeconds": 30}}}},
+            "lws.configuration.computeDomain.deletionFenceSeconds=30 is shorter than a pod admission may take: set it "
+            "to at least 61 (apiServerRequestTimeoutSeconds 60 + 1 s margin), or, if your kube-apiserver runs with a "
+            "shorter --request-timeout, set lws.configuration.computeDomain.apiServerRequestTimeoutSeconds to it",
+            id="fence-below-the-default-request-timeout",
+        ),
+        pytest.param(
+            {
+                "ds": {
+                    "configuration": {
+                        "computeDomain": {"apiServerRequestTimeoutSeconds": 5, "deletionFenceSeconds": 5.5}
+                    }
+                }
+            },
+            "ds.configuration.computeDomain.deletionFenceSeconds=5.5 is shorter than a pod admission may take: set it "
+            "to at least 6 (apiServerRequestTimeoutSeconds 5 + 1 s margin)",
+            id="fence-below-a-declared-request-timeout",
+        ),
+        pytest.param(
+            {"guardian": {"configuration": {"computeDomain": {"deletionFenceSeconds": 0}}}},
+            "at '/guardian/configuration/computeDomain/deletionFenceSeconds': minimum: got 0, want 1",
+            id="no-fence",
+        ),
+        pytest.param(
             {"guardian": {"deletionProtection": "Block"}},
             "at '/guardian/deletionProtection': value must be one of 'Finalizer', 'Deny'",
             id="unknown-deletion-protection",

@@ -97,9 +97,10 @@ def test_malformed_bind_addresses_are_rejected_with_the_rule(address: str) -> No
 
 
 def test_the_deletion_fence_and_the_store_resync_period_are_bounded() -> None:
-    assert models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": 0}})
-    with pytest.raises(pydantic.ValidationError, match="deletionFenceSeconds"):
-        models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": -1}})
+    for fence in (0, -1, 60.5):  # 60 s: Kubernetes' default request timeout, the bound when none is declared
+        with pytest.raises(pydantic.ValidationError, match="deletionFenceSeconds"):
+            models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": fence}})
+    assert models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": 61}})
     with pytest.raises(pydantic.ValidationError, match="storeResyncSeconds"):
         models.Configuration.model_validate({"watching": {"storeResyncSeconds": 0}})
 

@@ -27,3 +27,27 @@ def test_the_next_step_of_a_fenced_deletion(
         condemned=condemned, users=users, condemned_seen_at=seen_at, now=now, fence_seconds=30.0
     )
     assert decided == expected
+
+
+SEEN = fencing.Sighting(domain_uid="uid-d", mark="mnnvl-lws/aaaa", term=3, at=5.0)
+
+
+@pytest.mark.parametrize(
+    ("uid", "mark", "term", "expected_at"),
+    [
+        pytest.param("uid-d", "mnnvl-lws/aaaa", 3, 5.0, id="same-mark-same-term"),
+        pytest.param("uid-d", "mnnvl-lws/bbbb", 3, 40.0, id="mark-set-again"),
+        pytest.param("uid-d", "mnnvl-lws/aaaa", 4, 40.0, id="a-new-term"),
+        pytest.param("uid-e", "mnnvl-lws/aaaa", 3, 40.0, id="a-same-named-successor"),
+    ],
+)
+def test_the_fence_is_timed_from_the_first_sight_of_this_mark_in_this_term(
+    uid: str, mark: str, term: int, expected_at: float
+) -> None:
+    seen = fencing.sighting(SEEN, domain_uid=uid, mark=mark, term=term, now=40.0)
+    assert seen == fencing.Sighting(domain_uid=uid, mark=mark, term=term, at=expected_at)
+
+
+def test_a_mark_never_seen_before_starts_its_fence_now() -> None:
+    seen = fencing.sighting(None, domain_uid="uid-d", mark="mnnvl-lws/aaaa", term=1, now=7.0)
+    assert seen.at == 7.0

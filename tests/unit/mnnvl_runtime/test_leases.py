@@ -235,6 +235,27 @@ def test_writes_are_allowed_only_within_the_renew_deadline_of_the_last_renewal()
     asyncio.run(scenario())
 
 
+def test_each_start_of_leading_is_a_new_term() -> None:
+    """What a replica knew while it led before must be told apart from what it sees once it leads again."""
+    server = fakes.LeaseServer()
+    subject = elector(server)
+
+    async def scenario() -> None:
+        assert subject.term() == 0
+        election = await leading(subject)
+        assert subject.term() == 1
+        down = stepped_down(subject)
+        server.take_by("other")
+        await fakes.within(down.wait())
+        assert subject.term() == 1  # not leading: still the term that ended
+        server.take_by("")  # released: this replica takes it again
+        await fakes.within(subject.leading_event.wait())
+        assert subject.term() == 2
+        await stop(election)
+
+    asyncio.run(scenario())
+
+
 def test_without_leader_election_a_replica_leads_for_good() -> None:
     clock = fakes.Clock()
     subject = elector(fakes.LeaseServer(), clock=clock)

@@ -98,6 +98,25 @@ def test_a_bad_file_is_named_with_the_field(tmp_path: pathlib.Path, text: str, m
             "leaderElection: need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds",
             id="timing",
         ),
+        pytest.param(
+            "computeDomain: {deletionFenceSeconds: 30}\n",
+            "computeDomain: deletionFenceSeconds 30 is shorter than a pod admission may take; set it to at least 61 "
+            "(apiServerRequestTimeoutSeconds 60 + 1 s margin), or, if your kube-apiserver runs with a shorter "
+            "--request-timeout, set apiServerRequestTimeoutSeconds to it",
+            id="fence-below-the-default-request-timeout",
+        ),
+        pytest.param(
+            "computeDomain: {apiServerRequestTimeoutSeconds: 5, deletionFenceSeconds: 5.5}\n",
+            "computeDomain: deletionFenceSeconds 5.5 is shorter than a pod admission may take; set it to at least 6 "
+            "(apiServerRequestTimeoutSeconds 5 + 1 s margin), or, if your kube-apiserver runs with a shorter "
+            "--request-timeout, set apiServerRequestTimeoutSeconds to it",
+            id="fence-below-a-declared-request-timeout",
+        ),
+        pytest.param(
+            "computeDomain: {apiServerRequestTimeoutSeconds: 0}\n",
+            "computeDomain.apiServerRequestTimeoutSeconds: Input should be greater than 0",
+            id="no-request-timeout",
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key_path_and_the_fix(
@@ -211,8 +230,24 @@ def test_where_metrics_and_health_are_served(
 
 def test_the_configuration_carries_the_deletion_fence_and_the_store_resync_period(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text("computeDomain: {deletionFenceSeconds: 45}\nwatching: {storeResyncSeconds: 60}\n")
+    path.write_text("computeDomain: {deletionFenceSeconds: 75}\nwatching: {storeResyncSeconds: 60}\n")
     loaded = settings.load_configuration(path)
-    assert (loaded.compute_domain.deletion_fence_seconds, loaded.watching.store_resync_seconds) == (45.0, 60.0)
+    assert (loaded.compute_domain.deletion_fence_seconds, loaded.watching.store_resync_seconds) == (75.0, 60.0)
     defaults = settings.load_configuration(None)
-    assert (defaults.compute_domain.deletion_fence_seconds, defaults.watching.store_resync_seconds) == (30.0, 120.0)
+    assert (defaults.compute_domain.deletion_fence_seconds, defaults.watching.store_resync_seconds) == (61.0, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "fence"),
+    [
+        pytest.param("computeDomain: {apiServerRequestTimeoutSeconds: 1}\n", 2.0, id="default-from-the-bound"),
+        pytest.param("computeDomain: {apiServerRequestTimeoutSeconds: 1, deletionFenceSeconds: 2}\n", 2.0, id="at-it"),
+        pytest.param("computeDomain: {apiServerRequestTimeoutSeconds: 120}\n", 121.0, id="a-longer-request-timeout"),
+    ],
+)
+def test_the_fence_defaults_to_its_minimum_from_the_declared_request_timeout(
+    tmp_path: pathlib.Path, text: str, fence: float
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    assert settings.load_configuration(path).compute_domain.deletion_fence_seconds == fence

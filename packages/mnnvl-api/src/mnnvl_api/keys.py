@@ -102,7 +102,8 @@ DYNAMO_DEPLOYMENT_PLURAL: Final = "dynamographdeployments"
 
 #: Scheduling gate held on pods until their ComputeDomain and its claim template are ready.
 SCHEDULING_GATE: Final = "leaderworkerset.sigs.k8s.io/compute-domain"
-#: On a managed ComputeDomain about to be deleted: pods are no longer admitted onto it (value: the controller).
+#: On a managed ComputeDomain about to be deleted: pods are no longer admitted onto it (value: the controller and a
+#: nonce, `mnnvl-lws/<hex>`, new for every mark, so the fence of a mark lifted and set again starts again).
 #: Set with a resourceVersion precondition before the final in-use check, removed again if a user appears.
 CONDEMNED_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/compute-domain-condemned"
 #: On a DisaggregatedSet: when mnnvl-ds last asked upstream to reconcile it again (an RFC 3339 time), after a cause

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -33,6 +34,12 @@ PERMANENT_STATUSES = frozenset({400, 401, 403, 405, 415, 422})
 FRESH_POD_LISTS_AT_ONCE = 8
 #: Decides whether a freshly read domain is one this writer may act on (identity, not labels alone).
 Belongs = Callable[[domains.DomainFacts], bool]
+#: How many (workload, message) warnings a writer remembers having posted; beyond that the oldest is forgotten
+#: and may be posted once more (a repeated Event, never a missing one).
+WARNINGS_REMEMBERED = 4096
+#: How long past its fence a mark's first sighting is kept when no pass comes back to its domain (deleted by
+#: someone else, its workload gone); forgetting a sighting only makes that fence start again.
+SIGHTING_KEPT_AFTER_FENCE_SECONDS = 600.0
 
 PERMANENT_ERRORS = prometheus_client.Counter(
     "mnnvl_permanent_write_errors_total",
@@ -93,15 +100,21 @@ class DomainWriter:
         fence_seconds: float,
         clock: Callable[[], float] = time.monotonic,
         may_write: Callable[[], bool] = lambda: True,
+        term: Callable[[], int] = lambda: 0,
     ) -> None:
+        """`term` tells the Lease term this replica leads in (`LeaderElector.term`): a new term never trusts
+        what this writer saw in an earlier one."""
         self.client = client
         self.clock = clock
         self.may_write = may_write
+        self.term = term
         self.component = component
         self.scope = scope
         self.fence_seconds = fence_seconds
-        self._warned: set[tuple[str, str]] = set()  # (workload uid, message): warn once, not every pass
-        self._condemned_seen: dict[str, float] = {}  # domain uid → monotonic time this process first saw the mark
+        # (workload uid, message) → None, oldest first: warn once, not every pass.
+        self._warned: dict[tuple[str, str], None] = {}
+        # (namespace, name) → the first sighting of the domain's mark, oldest first.
+        self._condemned_seen: dict[tuple[str, str], fencing.Sighting] = {}
         # Each in-use check lists the namespace's pods afresh; a mass deletion must not hold hundreds of such
         # lists in memory at once (measured: 1 GiB RSS deleting 2,500 domains among 5,000 pods).
         self._pod_lists = asyncio.Semaphore(FRESH_POD_LISTS_AT_ONCE)
@@ -120,7 +133,9 @@ class DomainWriter:
         uid = str(workload["metadata"].get("uid")) if workload else ""
         if (uid, message) in self._warned:
             return False
-        self._warned.add((uid, message))
+        self._warned[uid, message] = None
+        if len(self._warned) > WARNINGS_REMEMBERED:
+            del self._warned[next(iter(self._warned))]
         log.warning("warning reported", extra={"reason": reason, "message_text": message})
         if workload is not None:
             await posting.post(
@@ -230,19 +245,20 @@ class DomainWriter:
     ) -> Deletion:
         """One step of the fenced deletion (`mnnvl_api.decisions.fencing`) of a domain that should go."""
         fresh = await self._fresh(namespace, name)
-        if fresh is None:
+        if fresh is None or fresh[1].deleting or not belongs(fresh[1]):
+            self._condemned_seen.pop((namespace, name), None)  # nothing of ours left to fence under this name
             return Deletion()
         current, domain = fresh
-        if domain.deleting or not belongs(domain):
-            return Deletion()
+        checked_at = self.clock()  # before the pod list: a pod persisted while it runs may be missing from it
         users = await self.fresh_users(domain)
+        seen_at = None
         if domain.condemned:
-            self._condemned_seen.setdefault(domain.uid, self.clock())
+            seen_at = self._sight(domain, domain.condemned_mark, term=self.term(), now=checked_at).at
         decision = fencing.next_step(
             condemned=domain.condemned,
             users=len(users),
-            condemned_seen_at=self._condemned_seen.get(domain.uid),
-            now=self.clock(),
+            condemned_seen_at=seen_at,
+            now=checked_at,
             fence_seconds=self.fence_seconds,
         )
         target = f"ComputeDomain {name}"
@@ -251,10 +267,11 @@ class DomainWriter:
         elif decision.step is fencing.Step.UNCONDEMN:
             DELETE_ABORTED.labels(scope=self.scope).inc()
             log.info("compute domain deletion aborted", extra={"compute_domain": name, "pods": users[:5]})
-            await self.guarded("uncondemn", target, workload, lambda: self._mark(current, condemn=False))
+            await self.guarded("uncondemn", target, workload, lambda: self._mark(current, mark=None))
         elif decision.step is fencing.Step.CONDEMN:
-            if await self.guarded("condemn", target, workload, lambda: self._mark(current, condemn=True)):
-                self._condemned_seen[domain.uid] = self.clock()
+            mark, term = f"{self.component}/{uuid.uuid4().hex}", self.term()
+            if await self.guarded("condemn", target, workload, lambda: self._mark(current, mark=mark)):
+                self._sight(domain, mark, term=term, now=self.clock())  # persisted by now: its fence starts
                 CONDEMNED.labels(scope=self.scope).inc()
                 log.info("compute domain condemned", extra={"namespace": namespace, "compute_domain": name})
             return Deletion(come_back_after=decision.wait_seconds)
@@ -263,6 +280,19 @@ class DomainWriter:
         else:
             return await self._delete(domain, workload)
         return Deletion()
+
+    def _sight(self, domain: domains.DomainFacts, mark: str, *, term: int, now: float) -> fencing.Sighting:
+        """The sighting of `mark` on the domain that its fence is timed from (`fencing.sighting`), remembered
+        oldest first; sightings older than the fence plus `SIGHTING_KEPT_AFTER_FENCE_SECONDS` are forgotten."""
+        key = (domain.namespace, domain.name)
+        seen = fencing.sighting(
+            self._condemned_seen.pop(key, None), domain_uid=domain.uid, mark=mark, term=term, now=now
+        )
+        stale_before = now - self.fence_seconds - SIGHTING_KEPT_AFTER_FENCE_SECONDS
+        while self._condemned_seen and next(iter(self._condemned_seen.values())).at < stale_before:
+            del self._condemned_seen[next(iter(self._condemned_seen))]
+        self._condemned_seen[key] = seen
+        return seen
 
     async def _delete(self, domain: domains.DomainFacts, workload: kube.Object | None) -> Deletion:
         path = domain_path(domain.namespace, domain.name)
@@ -277,19 +307,19 @@ class DomainWriter:
 
         if not await self.guarded("delete", f"ComputeDomain {domain.name}", workload, write):
             return Deletion(come_back_after=1.0)
-        self._condemned_seen.pop(domain.uid, None)
+        self._condemned_seen.pop((domain.namespace, domain.name), None)
         log.info("compute domain deleted", extra={"namespace": domain.namespace, "compute_domain": domain.name})
         return Deletion(deleted=True)
 
-    async def _mark(self, current: kube.Object, *, condemn: bool) -> bool:
-        """Set or lift the condemned mark on exactly the object version that was checked."""
+    async def _mark(self, current: kube.Object, *, mark: str | None) -> bool:
+        """Set `mark` as the condemned mark (None: lift the mark) on exactly the object version that was checked."""
         domain = domains.facts_of(current)
         precondition = [
             {"op": "test", "path": "/metadata/uid", "value": domain.uid},
             {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},
         ]
-        if condemn:
-            marks = patches.set_annotation(current["metadata"], keys.CONDEMNED_ANNOTATION, self.component)
+        if mark is not None:
+            marks = patches.set_annotation(current["metadata"], keys.CONDEMNED_ANNOTATION, mark)
         else:
             marks = [{"op": "remove", "path": patches.pointer("metadata", "annotations", keys.CONDEMNED_ANNOTATION)}]
         try:
@@ -300,8 +330,8 @@ class DomainWriter:
             if error.status in (404, 409, 422):  # gone or changed since the check: the next pass decides again
                 return False
             raise
-        if not condemn:
-            self._condemned_seen.pop(domain.uid, None)
+        if mark is None:
+            self._condemned_seen.pop((domain.namespace, domain.name), None)
         return True
 
     async def uncondemn(self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None) -> None:
@@ -309,7 +339,7 @@ class DomainWriter:
         fresh = await self._fresh(namespace, name)
         if fresh is None or not fresh[1].condemned or not belongs(fresh[1]):
             return
-        await self.guarded("uncondemn", f"ComputeDomain {name}", workload, lambda: self._mark(fresh[0], condemn=False))
+        await self.guarded("uncondemn", f"ComputeDomain {name}", workload, lambda: self._mark(fresh[0], mark=None))
 
     async def release(self, namespace: str, name: str, *, belongs: Belongs, workload: kube.Object | None) -> str | None:
         """Remove the protection finalizer from a deleted domain once a fresh read of the pods finds no user;

@@ -17,6 +17,8 @@ What is guaranteed:
   them to end; only then releases the Lease, so the next holder can start at once.
 - `may_write()` is true only while this replica leads and its last successful renewal is less than
   `renew_deadline` old; work queues check it before each item.
+- `term()` changes each time this replica starts leading, so state kept while leading (when a fence started)
+  can tell that it is from an earlier term, between which another replica may have led.
 
 What is not: a request already sent when the replica steps down can still reach the API server later,
 because cancelling the task that awaits it does not recall a request running in a worker thread. How
@@ -147,6 +149,7 @@ class LeaderElector:
         self.leading_event = asyncio.Event()
         self._clock = clock
         self._leading = False
+        self._terms = 0
         self._without_lease = False
         self._observation = Observation()
         self._last_renewal = 0.0
@@ -161,6 +164,10 @@ class LeaderElector:
     @property
     def path(self) -> str:
         return kube.path_of(LEASE_API, "leases", namespace=self.namespace, name=self.name)
+
+    def term(self) -> int:
+        """Which of this replica's terms as leader is the latest: counts up each time it starts leading."""
+        return self._terms
 
     def may_write(self) -> bool:
         """Leading, and renewed recently enough that no other replica can have taken the Lease."""
@@ -322,6 +329,7 @@ class LeaderElector:
         self._leading = leading
         metrics.LEASE_HELD.set(1 if leading else 0)
         if leading:
+            self._terms += 1
             self.leading_event.set()
         else:
             self.leading_event.clear()

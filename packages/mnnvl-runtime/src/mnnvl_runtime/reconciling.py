@@ -33,6 +33,7 @@ class Reconciling(Generic[Key]):
             scope=scope,
             fence_seconds=context.configuration.compute_domain.deletion_fence_seconds,
             may_write=context.elector.may_write,
+            term=context.elector.term,
         )
         self.queue: workqueue.WorkQueue[Key] = workqueue.WorkQueue(
             context.elector, self._pass, kind=kind, concurrency=context.configuration.reconciliation.concurrency

@@ -36,6 +36,7 @@ class DomainFacts:
     slice: str | None = None  # the slice and revision (slice scope) the domain serves, from their labels
     revision: str | None = None
     condemned: bool = False  # marked for deletion: no pod may be admitted onto it
+    condemned_mark: str = ""  # the mark's own value, new for every mark set (empty: not condemned)
     #: The field manager that alone owns the identity labels (None: nobody alone, or no managedFields).
     created_by: str | None = None
 
@@ -69,6 +70,7 @@ def facts_of(domain: Mapping[str, Any]) -> DomainFacts:
         slice=labels.get(keys.SLICE_LABEL),
         revision=labels.get(keys.REVISION_LABEL),
         condemned=keys.CONDEMNED_ANNOTATION in (meta.get("annotations") or {}),
+        condemned_mark=str((meta.get("annotations") or {}).get(keys.CONDEMNED_ANNOTATION) or ""),
         created_by=identity_owner(meta),
     )
 

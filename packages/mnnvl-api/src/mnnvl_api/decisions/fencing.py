@@ -10,7 +10,10 @@ locked, but it can be fenced:
 3. read the pods afresh: any non-terminal user (claim holder or recorder) lifts the mark again;
 4. otherwise delete, preconditioned on the uid and resourceVersion that carried the mark.
 
-The fence is timed from when this process first saw the mark (a restart starts it again): never shorter.
+The fence is timed from this process's first sight of *this* mark during *this* Lease term (`sighting`), never
+from an earlier one: a mark carries its own value (a nonce written with it), so a mark lifted and set again by
+another replica is a new mark, and a pod admitted just before the new one was set may still be in flight; and
+a replica that leads again knows nothing of what happened while it did not lead.
 """
 
 from __future__ import annotations
@@ -33,10 +36,29 @@ class Decision:
     wait_seconds: float = 0.0  # for WAIT and CONDEMN: when to come back
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sighting:
+    """When this process first saw one condemned mark (the domain's uid and the mark's value), in which term."""
+
+    domain_uid: str
+    mark: str
+    term: int
+    at: float
+
+
+def sighting(previous: Sighting | None, *, domain_uid: str, mark: str, term: int, now: float) -> Sighting:
+    """The sighting the fence of the mark seen `now` is timed from: `previous` only when it is of this very mark
+    and was made in this Lease term; otherwise the fence starts now."""
+    if previous is not None and previous.domain_uid == domain_uid and previous.mark == mark and previous.term == term:
+        return previous
+    return Sighting(domain_uid=domain_uid, mark=mark, term=term, at=now)
+
+
 def next_step(
     *, condemned: bool, users: int, condemned_seen_at: float | None, now: float, fence_seconds: float
 ) -> Decision:
-    """What to do next with a domain that should go, given a fresh read of it and of the pods using it."""
+    """What to do next with a domain that should go, given a fresh read of it and of the pods using it (`now`:
+    when that pod list began, so a pod persisted while it ran counts as not yet seen)."""
     if users:
         return Decision(step=Step.UNCONDEMN if condemned else Step.NOTHING)
     if not condemned:

@@ -24,6 +24,17 @@ KIND: Final = "Configuration"
 #: Every feature gate this release knows, in the order error messages list them.
 KNOWN_FEATURE_GATES: Final = (keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE,)
 BIND_ADDRESS_RULE: Final = "must be host:port or :port with a port from 1 to 65535, or empty to disable"
+#: Kubernetes' default for the kube-apiserver's `--request-timeout`.
+DEFAULT_API_SERVER_REQUEST_TIMEOUT_SECONDS: Final = 60.0
+#: How much longer than the API server's request timeout the deletion fence must be at least: a pod's write sent
+#: to etcd just before its request's deadline can still commit a moment after it (milliseconds on a healthy etcd).
+FENCE_MARGIN_SECONDS: Final = 1.0
+
+
+def minimum_fence_seconds(api_server_request_timeout_seconds: float) -> float:
+    """The shortest safe deletion fence: no pod creation, every admission webhook included, outlives the API
+    server's request timeout, so a pod admitted onto a domain just before its mark is persisted within it."""
+    return api_server_request_timeout_seconds + FENCE_MARGIN_SECONDS
 
 
 class DeletionProtection(enum.Enum):
@@ -41,10 +52,27 @@ class _SettingsModel(KubeModel):
 
 class ComputeDomainSettings(_SettingsModel):
     deletion_protection: DeletionProtection = DeletionProtection.FINALIZER
-    #: How long a condemned ComputeDomain waits before its final in-use check and deletion; must exceed the
-    #: longest pod admission (webhook timeouts included), so a pod admitted just before the domain was
-    #: condemned is persisted, and seen, before the domain is deleted.
-    deletion_fence_seconds: float = pydantic.Field(default=30.0, ge=0)
+    #: The kube-apiserver's `--request-timeout`: no request, a pod's creation with all its admission webhooks
+    #: included, runs longer. It bounds the deletion fence from below.
+    api_server_request_timeout_seconds: float = pydantic.Field(default=DEFAULT_API_SERVER_REQUEST_TIMEOUT_SECONDS, gt=0)
+    #: How long a condemned ComputeDomain waits before its final in-use check and deletion; at least
+    #: `minimum_fence_seconds(apiServerRequestTimeoutSeconds)`, which is also its default, so a pod admitted just
+    #: before the domain was condemned is persisted, and seen, before the domain is deleted.
+    deletion_fence_seconds: float = minimum_fence_seconds(DEFAULT_API_SERVER_REQUEST_TIMEOUT_SECONDS)
+
+    @pydantic.model_validator(mode="after")
+    def _fence_outlasts_admission(self) -> ComputeDomainSettings:
+        minimum = minimum_fence_seconds(self.api_server_request_timeout_seconds)
+        if "deletion_fence_seconds" not in self.model_fields_set:
+            self.deletion_fence_seconds = minimum  # the default follows the declared request timeout
+        elif self.deletion_fence_seconds < minimum:
+            raise ValueError(
+                f"deletionFenceSeconds {self.deletion_fence_seconds:g} is shorter than a pod admission may take; "
+                f"set it to at least {minimum:g} (apiServerRequestTimeoutSeconds "
+                f"{self.api_server_request_timeout_seconds:g} + {FENCE_MARGIN_SECONDS:g} s margin), or, if your "
+                "kube-apiserver runs with a shorter --request-timeout, set apiServerRequestTimeoutSeconds to it"
+            )
+        return self
 
 
 class WebhookSettings(_SettingsModel):
