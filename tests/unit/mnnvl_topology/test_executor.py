@@ -15,9 +15,9 @@ from mnnvl_runtime import identity, kube, leases, metrics, operator, settings
 from mnnvl_topology import executor, planner, state
 
 from ..mnnvl_runtime import fakes
+from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored
 
 Object = dict[str, Any]
-LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
 #: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `planner.schema_has_aliases` reads it.
 ALIASED_VERSION = {
     "name": keys.KAI_TOPOLOGY_VERSION,
@@ -31,78 +31,8 @@ ALIASED_VERSION = {
 }
 
 
-class FakeApi:
-    """The optional APIs in `served` (Grove's by default) served, objects by (plural, name); creates and deletes
-    of the names in `refuse` are denied with the API server's message, as Grove's webhook or RBAC deny them."""
-
-    def __init__(self, refuse: set[str], served: tuple[planner.OptionalApi, ...] = (planner.GROVE_BINDINGS,)) -> None:
-        self.objects: dict[tuple[str, str], Object] = {}
-        self.refuse = refuse
-        self.served = set(served)
-        self.events: list[Object] = []
-        self.applied: list[Object] = []
-
-    async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
-        if method == "POST":
-            self.events.append(kwargs["body"])
-            return {}
-        listed = [{"name": api.plural} for api in self.served if path == f"/apis/{api.api_version}"]
-        if not listed:
-            raise kube.ApiError(status=404, reason="NotFound")
-        return {"resources": listed}
-
-    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
-        return self.objects.get((plural, name))
-
-    async def alist_page(self, api_version: str, plural: str, **_: Any) -> kube.Page:
-        return kube.Page(
-            items=[body for (kind, _), body in self.objects.items() if kind == plural], resource_version=""
-        )
-
-    def check(self, name: str) -> None:
-        if name in self.refuse:
-            denied = {"message": f'admission webhook "grove" denied the request: {name} is invalid'}
-            raise kube.ApiError(status=400, reason="BadRequest", body=json.dumps(denied))
-
-    async def acreate(self, manifest: Object, plural: str) -> Object:
-        name = manifest["metadata"]["name"]
-        self.check(name)
-        created = copy.deepcopy(manifest)
-        created["metadata"]["uid"] = f"uid-{name}"
-        self.objects[(plural, name)] = created
-        return created
-
-    async def aapply(self, manifest: Object, plural: str) -> Object:
-        self.applied.append(copy.deepcopy(manifest))
-        return manifest
-
-    async def adelete(self, path: str, *, uid: str | None = None, **_: Any) -> bool:
-        plural, name = path.split("/")[-2:]
-        self.check(name)
-        return self.objects.pop((plural, name), None) is not None
-
-
 def refused(kind: str) -> float:
     return metrics.REGISTRY.get_sample_value("mnnvl_topology_refused_writes_total", {"kind": kind}) or 0.0
-
-
-def executor_over(
-    api: FakeApi,
-    *names: str,
-    levels: list[dict[str, str]] = LEVELS,
-    unwatched: frozenset[planner.OptionalApi] = frozenset(),
-) -> executor.Executor:
-    configuration = models.Configuration.model_validate(
-        {"topologies": [{"name": name, "levels": levels} for name in names]}
-    )
-    context = operator.Context(
-        identity=identity.Identity(keys.TOPOLOGY_CONTROLLER),
-        process=settings.ProcessSettings(namespace="mnnvl-system"),
-        configuration=configuration,
-        client=cast(kube.Kube, api),
-        elector=cast(leases.LeaderElector, None),  # passes never ask for the Lease
-    )
-    return executor.Executor(context, state.Stores(), unwatched=unwatched)
 
 
 def warnings(api: FakeApi, reason: str) -> list[Object]:
@@ -136,18 +66,20 @@ def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written()
 
 def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_written() -> None:
     api = FakeApi(refuse={"old"})
-    ours = {"metadata": {"name": "old", "uid": "uid-old", "labels": {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}}}
-    old: Object = {"apiVersion": keys.KAI_TOPOLOGY_API_VERSION, "kind": keys.KAI_TOPOLOGY_KIND, **ours}
+    old = stored(
+        planner.desired_topology(entry("old"), aliases=False, installation=INSTALLATION),
+        manager=keys.TOPOLOGY_CONTROLLER,
+    )
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
     running = executor_over(api, "a")
-    running.stores.apply_topology("uid-old", old)
+    running.stores.apply_topology(old["metadata"]["uid"], old)
 
     with pytest.raises(executor.IncompletePassError, match="old"):
         asyncio.run(fakes.within(running.sync_topologies()))
 
     assert (keys.KAI_TOPOLOGY_PLURAL, "a") in api.objects
     [warning] = [event for event in api.events if event["type"] == "Warning"]
-    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("old", "uid-old")
+    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("old", old["metadata"]["uid"])
     assert '400: admission webhook "grove" denied the request: old is invalid' in warning["message"]
 
 
