@@ -15,7 +15,7 @@ from mnnvl_runtime import identity, kube, leases, metrics, operator, settings
 from mnnvl_topology import executor, planner, state
 
 from ..mnnvl_runtime import fakes
-from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored
+from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored, topologies_seen
 
 Object = dict[str, Any]
 #: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `planner.schema_has_aliases` reads it.
@@ -349,3 +349,112 @@ def test_an_api_served_at_start_up_is_watched_and_never_reported() -> None:
     api = FakeApi(refuse=set(), served=planner.OPTIONAL_APIS)
     asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
     assert warnings(api, reasons.WATCH_NEEDS_RESTART_REASON) == []
+
+
+def foreign_objects(kind: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value("mnnvl_topology_foreign_objects", {"kind": kind})
+
+
+def copied(name: str, *, installation: str = INSTALLATION, manager: str = "kubectl") -> Object:
+    """Our Topology `name`'s manifest, as written by `manager` (a copied manifest, a restore)."""
+    return stored(planner.desired_topology(entry(name), aliases=False, installation=installation), manager=manager)
+
+
+def passes(running: executor.Executor, api: FakeApi, count: int = 2) -> None:
+    for _ in range(count):
+        running.stores = topologies_seen(api)
+        asyncio.run(fakes.within(running.sync_topologies()))
+
+
+@pytest.mark.parametrize(
+    ("body", "owner"),
+    [
+        pytest.param(copied("a"), "but written by kubectl, not by mnnvl-topology alone", id="copied-manifest"),
+        pytest.param(
+            copied("a", installation="team-b/mnnvl", manager=keys.TOPOLOGY_CONTROLLER),
+            "made by the installation team-b/mnnvl of mnnvl-topology",
+            id="other-installation",
+        ),
+    ],
+)
+def test_an_object_labelled_ours_that_this_installation_did_not_make_is_never_written(body: Object, owner: str) -> None:
+    """Configured with other levels (a recreate if it were ours), and a second one under a name no longer configured
+    (a deletion if it were ours): neither is written; the configured one is reported once, with the gauge."""
+    api = FakeApi(refuse=set())
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = body
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "gone")] = {**copy.deepcopy(body), "metadata": {
+        **copy.deepcopy(body["metadata"]), "name": "gone", "uid": "uid-gone"}}  # fmt: skip
+    running = executor_over(api, "a", levels=[{"nodeLabel": "example.com/rack"}, *LEVELS])
+
+    passes(running, api)
+
+    assert api.writes == []
+    [warning] = warnings(api, reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON)
+    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("a", body["metadata"]["uid"])
+    assert owner in warning["message"]
+    assert foreign_objects(keys.KAI_TOPOLOGY_KIND) == 1.0
+
+
+def test_an_object_changing_hands_is_news_and_reported_again() -> None:
+    api = FakeApi(refuse=set())
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = copied("a")
+    running = executor_over(api, "a")
+    passes(running, api)
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")]["metadata"]["ownerReferences"] = [
+        {"kind": keys.GROVE_BINDING_KIND, "name": "a", "controller": True}
+    ]
+    passes(running, api)
+    messages = [event["message"] for event in warnings(api, reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON)]
+    assert len(messages) == 2
+    assert "owned by ClusterTopologyBinding a" in messages[1]
+
+
+def test_an_earlier_versions_objects_are_adopted_where_configured_and_never_deleted() -> None:
+    """Written by our field manager before installations were recorded: the configured Topology and binding now
+    record this installation (same uid, an event each); the unconfigured one is left, as another installation may
+    use it."""
+    api = FakeApi(refuse=set())
+    bare = {"labels": dict(planner.OURS)}
+    topology = planner.desired_topology(entry("a"), aliases=False, installation=INSTALLATION)
+    binding = planner.desired_binding(entry("a"), installation=INSTALLATION)
+    assert binding is not None
+    for plural, manifest, name in (
+        (keys.KAI_TOPOLOGY_PLURAL, topology, "a"),
+        (keys.GROVE_BINDING_PLURAL, binding, "a-binding"),
+        (keys.KAI_TOPOLOGY_PLURAL, topology, "old"),
+    ):
+        earlier = {**manifest, "metadata": {"name": name, **bare}}
+        api.objects[(plural, name)] = stored(earlier, manager=keys.TOPOLOGY_CONTROLLER)
+    uids = {key: body["metadata"]["uid"] for key, body in api.objects.items()}
+    running = executor_over(api, "a")
+
+    passes(running, api)
+
+    assert [(verb, plural, before and before["metadata"]["name"]) for verb, plural, before, _ in api.writes] == [
+        ("apply", keys.KAI_TOPOLOGY_PLURAL, "a"),
+        ("apply", keys.GROVE_BINDING_PLURAL, "a-binding"),
+    ]
+    assert {key: body["metadata"]["uid"] for key, body in api.objects.items()} == uids
+    for plural, name in ((keys.KAI_TOPOLOGY_PLURAL, "a"), (keys.GROVE_BINDING_PLURAL, "a-binding")):
+        adopted = api.objects[(plural, name)]
+        assert planner.provenance(adopted, installation=INSTALLATION) is planner.Provenance.OURS
+    old = api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")]
+    assert planner.provenance(old, installation=INSTALLATION) is planner.Provenance.LEGACY
+    assert [event["reason"] for event in api.events if event["reason"].endswith("Adopted")] == [
+        reasons.TOPOLOGY_ADOPTED_REASON,
+        reasons.BINDING_ADOPTED_REASON,
+    ]
+
+
+class ReplacedBeforeTheWrite(FakeApi):
+    """An API server where a same-named object appears between the read and the create (another installation's)."""
+
+    async def acreate(self, manifest: Object, plural: str) -> Object:
+        raise kube.ApiError(status=409, reason="AlreadyExists")
+
+
+def test_an_object_that_appeared_since_it_was_read_is_no_refusal_and_the_pass_is_retried() -> None:
+    api = ReplacedBeforeTheWrite(refuse=set())
+    with pytest.raises(executor.IncompletePassError):
+        asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
+    assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []
