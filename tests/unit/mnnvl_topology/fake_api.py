@@ -103,7 +103,9 @@ class FakeApi:
         found = self.objects.get((plural, name))
         return None if found is None else copy.deepcopy(found)
 
-    async def alist_page(self, api_version: str, plural: str, *, label_selector: str | None = None, **_: Any) -> kube.Page:
+    async def alist_page(
+        self, api_version: str, plural: str, *, label_selector: str | None = None, **_: Any
+    ) -> kube.Page:
         key, _, value = (label_selector or "").partition("=")
         items = [
             copy.deepcopy(body)
@@ -134,7 +136,9 @@ class FakeApi:
         meta = manifest["metadata"]
         before = self.objects.get((plural, meta["name"]))
         if before is None:
-            return await self.acreate({**manifest, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}, plural)
+            return await self.acreate(
+                {**manifest, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}, plural
+            )
         if "resourceVersion" in meta and meta["resourceVersion"] != before["metadata"]["resourceVersion"]:
             raise kube.ApiError(status=409, reason="Conflict")
         after = copy.deepcopy(before)

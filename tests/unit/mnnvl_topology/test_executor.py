@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from mnnvl_api import events as reasons
-from mnnvl_api import keys, models
-from mnnvl_runtime import identity, kube, leases, metrics, operator, settings
-from mnnvl_topology import executor, planner, state
+from mnnvl_api import keys
+from mnnvl_runtime import kube, metrics
+from mnnvl_topology import executor, planner
 
 from ..mnnvl_runtime import fakes
 from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored, topologies_seen

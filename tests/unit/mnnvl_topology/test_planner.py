@@ -703,7 +703,9 @@ def test_our_label_with_an_installation_annotation_written_by_someone_else_is_no
 @pytest.mark.parametrize(
     ("topology", "owner"),
     [
-        pytest.param(found(SAME, installation=OTHER), "made by the installation team-b/mnnvl of mnnvl-topology", id="b"),
+        pytest.param(
+            found(SAME, installation=OTHER), "made by the installation team-b/mnnvl of mnnvl-topology", id="b"
+        ),
         pytest.param(
             found(SAME, manager="kubectl-client-side-apply"),
             "labelled app.kubernetes.io/managed-by=mnnvl-topology but written by kubectl-client-side-apply, not by "

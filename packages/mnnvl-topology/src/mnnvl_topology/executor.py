@@ -190,7 +190,6 @@ class Executor:
     async def write_topology(
         self, action: planner.Action, desired: kube.Object, found: kube.Object | None
     ) -> kube.Object:
-        name = desired["metadata"]["name"]
         if action is planner.Action.KEEP:
             assert found is not None
             return found
@@ -307,7 +306,9 @@ class Executor:
         return refused + [
             name
             for name in planner.obsolete(labelled, bindings)
-            if not await self.delete_ours(BINDING, keys.GROVE_BINDING_KIND, name, bindings, reasons.BINDING_DELETED_REASON)
+            if not await self.delete_ours(
+                BINDING, keys.GROVE_BINDING_KIND, name, bindings, reasons.BINDING_DELETED_REASON
+            )
         ]
 
     async def delete_ours(
