@@ -32,7 +32,7 @@ def entry(name: str, levels: list[dict[str, str]] = LEVELS) -> configuration.Top
 
 def ownership(manager: str, meta: Mapping[str, Any]) -> Object:
     """The managedFields entry of `manager` owning every label and annotation in `meta`."""
-    owned = {
+    owned: Object = {
         f"f:{section}": {f"f:{key}": {} for key in meta.get(section) or {}}
         for section in ("labels", "annotations")
         if meta.get(section)
@@ -106,11 +106,11 @@ class FakeApi:
     async def alist_page(
         self, api_version: str, plural: str, *, label_selector: str | None = None, **_: Any
     ) -> kube.Page:
-        key, _, value = (label_selector or "").partition("=")
+        label, _sep, value = (label_selector or "").partition("=")
         items = [
             copy.deepcopy(body)
-            for (kind, _), body in self.objects.items()
-            if kind == plural and (not key or (body["metadata"].get("labels") or {}).get(key) == value)
+            for (kind, _name), body in self.objects.items()
+            if kind == plural and (not label or (body["metadata"].get("labels") or {}).get(label) == value)
         ]
         return kube.Page(items=items, resource_version="")
 
