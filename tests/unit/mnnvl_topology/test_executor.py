@@ -457,3 +457,28 @@ def test_an_object_that_appeared_since_it_was_read_is_no_refusal_and_the_pass_is
     with pytest.raises(executor.IncompletePassError):
         asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
     assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []
+
+
+class HandedOverAfterTheRead(FakeApi):
+    """An API server where each object read is then taken over by another installation (re-annotated, a new
+    resourceVersion) before the caller's next call."""
+
+    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        read = await super().aget(api_version, plural, name, namespace=namespace)
+        if read is not None and plural in (keys.KAI_TOPOLOGY_PLURAL, keys.GROVE_BINDING_PLURAL):
+            taken = copied(name, installation="team-b/mnnvl", manager=keys.TOPOLOGY_CONTROLLER)
+            taken["metadata"]["uid"] = read["metadata"]["uid"]
+            self.objects[(plural, name)] = taken
+        return read
+
+
+def test_an_object_taken_over_between_the_read_and_the_delete_is_left() -> None:
+    api = HandedOverAfterTheRead(refuse=set())
+    old = copied("old", manager=keys.TOPOLOGY_CONTROLLER)
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
+    running = executor_over(api, "a")
+    running.stores = topologies_seen(api)
+    with pytest.raises(executor.IncompletePassError, match="old"):
+        asyncio.run(fakes.within(running.sync_topologies()))
+    assert (keys.KAI_TOPOLOGY_PLURAL, "old") in api.objects
+    assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []

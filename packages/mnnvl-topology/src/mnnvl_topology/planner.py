@@ -181,6 +181,8 @@ def decide_binding(desired: Mapping[str, Any], found: Mapping[str, Any] | None, 
     """A binding's spec is mutable: patch it back whenever it differs (levels, scheduler bindings)."""
     if found is None:
         return Action.CREATE
+    if not _may_write(found, installation=installation):
+        return Action.FOREIGN
     spec, present = desired["spec"], found.get("spec") or {}
     same = all(present.get(field) == value for field, value in spec.items())
     return _adopting(Action.KEEP if same else Action.PATCH, found, installation=installation)
