@@ -84,3 +84,14 @@ def test_a_custom_topologies_list_reaches_the_rendered_configuration_and_loads(
         ("racks", "racks-binding", False),
     ]
     assert [level.alias for level in loaded.topologies[0].levels] == ["clique", None]
+
+
+def test_the_topology_controller_is_given_its_releases_installation_identity(
+    render: Render, tmp_path: pathlib.Path
+) -> None:
+    """What it records on the Topologies and bindings it creates, so a second release never touches them."""
+    enabled = {"topology": {"enabled": True, "kaiScheduler": {"installed": True}}}
+    objects = render(overrides=enabled, release="gpu", namespace="team-b")
+    path = tmp_path / "topology.yaml"
+    path.write_text(by_kind(objects, "ConfigMap")["gpu-mnnvl-topology-configuration"]["data"]["configuration.yaml"])
+    assert settings.load_configuration(path).installation == "team-b/gpu"
