@@ -229,7 +229,7 @@ class Executor:
                 await self.wrote(written, "patch", reasons.BINDING_UPDATED_REASON, "spec restored from configuration")
 
     def adopted(self) -> str:
-        return f"adopted (an earlier version's, no installation recorded): now recorded as {self.installation}'s"
+        return f"adopted for the installation {self.installation} (an earlier version's, which recorded none)"
 
     async def delete_as_read(self, resource: tuple[str, str], found: kube.Object) -> bool:
         """Delete `found` only as it was read (uid and resourceVersion preconditions): one replaced, relabelled or
