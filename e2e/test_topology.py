@@ -756,12 +756,15 @@ def second_installation(
                     "kind": "Configuration",
                     "metricsBindAddress": f"127.0.0.1:{replica.metrics_port}",
                     "healthBindAddress": f"127.0.0.1:{replica.health_port}",
+                    # kopf serves its admission endpoint even without webhooks: a certificate of its own, made here.
+                    "webhook": {"host": "127.0.0.1", "port": processes.free_port(), "certDir": str(tmp_path / "certs")},
                     "topologies": list(topologies),
                 }
             )
         )
         environment = {"KUBECONFIG": str(testbed.kubeconfig), "MNNVL_CONFIG_FILE": str(config),
-                       "MNNVL_NAMESPACE": namespace, "MNNVL_POD_NAME": replica.name}  # fmt: skip
+                       "MNNVL_NAMESPACE": namespace, "MNNVL_POD_NAME": replica.name,
+                       "MNNVL_GENERATE_WEBHOOK_CERTIFICATE": "true"}  # fmt: skip
         supervisor.start(replica.name, [sys.executable, "-m", "mnnvl_topology"], env=environment)
         try:
             yield replica, f"{namespace}/mnnvl"
