@@ -189,6 +189,7 @@ def census(api: kube.Kube) -> kube.Object | None:
     return api.get("v1", "configmaps", topology.CENSUS_CONFIGMAP, namespace=release.NAMESPACE)
 
 
+OURS = planner.Provenance.OURS
 #: What topology's default configuration makes: NVCF's Topology and its binding.
 DEFAULT_TOPOLOGY_OBJECTS = (
     (topology.TOPOLOGY, configuration.DEFAULT_TOPOLOGY_NAME),
@@ -205,7 +206,7 @@ def default_topology_removed(kai: cluster.Testbed) -> Iterator[None]:
     api = kai.api()
     for (api_version, plural), name in DEFAULT_TOPOLOGY_OBJECTS:
         found = api.get(api_version, plural, name)
-        if found is not None and planner.is_ours(found):
+        if found is not None and planner.provenance(found, installation=release.INSTALLATION) is OURS:
             api.delete(kube.path_of(api_version, plural, name=name), uid=found["metadata"]["uid"])
 
 

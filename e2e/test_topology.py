@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import urllib.request
@@ -21,7 +22,7 @@ import yaml
 
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube, preflight
-from mnnvl_testbed import cluster, controllers, crds, testing, thirdparty, versions
+from mnnvl_testbed import cluster, controllers, crds, processes, release, testing, thirdparty, versions
 from mnnvl_topology import executor, planner
 
 from . import workloads
@@ -679,3 +680,153 @@ def test_a_grove_gang_no_clique_can_hold_is_warned_about_on_the_workload_that_ma
         if e["reason"] == events.CLIQUE_TOO_SMALL_REASON
     ]  # fmt: skip
     assert (event["involvedObject"]["kind"], event["involvedObject"]["uid"]) == (workload["kind"], workload["uid"])
+
+
+RACK_CLIQUE_AND_HOST = [{"nodeLabel": "example.com/rack"}, *CLIQUE_AND_HOST]
+
+
+def copied_manifest(name: str) -> dict[str, Any]:
+    """Our Topology `name` as this installation would write it, for someone else to write (a copy, a restore)."""
+    return {
+        "apiVersion": keys.KAI_TOPOLOGY_API_VERSION,
+        "kind": keys.KAI_TOPOLOGY_KIND,
+        "metadata": {
+            "name": name,
+            "labels": {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER},
+            "annotations": {keys.INSTALLATION_ANNOTATION: release.INSTALLATION},
+        },
+        "spec": {"levels": RACK_CLIQUE_AND_HOST},
+    }
+
+
+def unchanged(api: kube.Kube, created: kube.Object) -> None:
+    found = get(api, TOPOLOGY, created["metadata"]["name"])
+    assert found is not None
+    assert (found["metadata"]["uid"], found["metadata"]["resourceVersion"]) == (
+        created["metadata"]["uid"],
+        created["metadata"]["resourceVersion"],
+    )
+
+
+def test_a_copied_manifest_labelled_ours_is_left_alone_and_reported(kai: cluster.Testbed, name: str) -> None:
+    """Labelled and annotated as this installation's Topologies are, but written by another field manager: the
+    configured one (other levels: ours would be recreated) is reported and kept as it is, the unconfigured one (ours
+    would be deleted) is kept too."""
+    api = kai.api()
+    configured = api.create(copied_manifest(name), keys.KAI_TOPOLOGY_PLURAL)
+    unconfigured = api.create(copied_manifest(f"{name}-b"), keys.KAI_TOPOLOGY_PLURAL)
+    replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    kind, _, message = wait_event(api, name, events.UNEXPECTED_TOPOLOGY_OWNER_REASON)
+    assert kind == "Warning"
+    assert f"but written by {cluster.FIELD_MANAGER}, not by mnnvl-topology alone (managedFields)" in message, message
+    wait_metric(replica, 'mnnvl_topology_foreign_objects{kind="Topology"}', 1.0)
+    # Another pass: the one that would recreate the first and delete the second were they ours.
+    another_pass(replica, "topologies", lambda: api.patch(kube.path_of(*TOPOLOGY, name=f"{name}-b"), touched()))
+    unchanged(api, configured)
+    kept = get(api, TOPOLOGY, f"{name}-b")  # touched by the test since: its uid, not its resourceVersion, stays
+    assert kept is not None
+    assert kept["metadata"]["uid"] == unconfigured["metadata"]["uid"]
+    assert get(api, BINDING, f"{name}-binding") is None
+    said = [e[1] for e in reasons_about(api, name) + reasons_about(api, f"{name}-b")]
+    assert events.TOPOLOGY_RECREATED_REASON not in said
+    assert events.TOPOLOGY_DELETED_REASON not in said
+    assert said.count(events.UNEXPECTED_TOPOLOGY_OWNER_REASON) == 1
+
+
+@contextlib.contextmanager
+def second_installation(
+    testbed: cluster.Testbed, tmp_path: pathlib.Path, *topologies: dict[str, Any]
+) -> Iterator[tuple[controllers.Replica, str]]:
+    """Another mnnvl-topology beside the release's, run bare (no installation configured: `<namespace>/mnnvl`) in
+    a namespace of its own, so it holds its own Lease and leads too; its replica and installation identity."""
+    api = testbed.api()
+    supervisor = processes.Supervisor(testbed.state_dir)
+    replica = controllers.Replica(
+        name=f"{keys.TOPOLOGY_CONTROLLER}-second",
+        webhook_port=0,
+        metrics_port=processes.free_port(),
+        health_port=processes.free_port(),
+    )
+    with testing.namespace(api, "second-installation") as namespace:
+        config = tmp_path / "second.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.lws.x-k8s.io/v1",
+                    "kind": "Configuration",
+                    "metricsBindAddress": f"127.0.0.1:{replica.metrics_port}",
+                    "healthBindAddress": f"127.0.0.1:{replica.health_port}",
+                    # kopf serves its admission endpoint even without webhooks: a certificate of its own, made here.
+                    "webhook": {"host": "127.0.0.1", "port": processes.free_port(), "certDir": str(tmp_path / "certs")},
+                    "topologies": list(topologies),
+                }
+            )
+        )
+        environment = {"KUBECONFIG": str(testbed.kubeconfig), "MNNVL_CONFIG_FILE": str(config),
+                       "MNNVL_NAMESPACE": namespace, "MNNVL_POD_NAME": replica.name,
+                       "MNNVL_GENERATE_WEBHOOK_CERTIFICATE": "true"}  # fmt: skip
+        supervisor.start(replica.name, [sys.executable, "-m", "mnnvl_topology"], env=environment)
+        try:
+            yield replica, f"{namespace}/mnnvl"
+        finally:
+            supervisor.stop(replica.name)
+
+
+def test_a_second_installation_does_not_fight_the_first(
+    kai: cluster.Testbed, name: str, tmp_path: pathlib.Path
+) -> None:
+    """Two installations configured with one name and different levels: the first creates the Topology and its
+    binding; the second reports them as the first's and writes nothing, however many passes both make."""
+    api = kai.api()
+    first = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    created = wait_object(api, TOPOLOGY, name)
+    assert created["metadata"]["annotations"][keys.INSTALLATION_ANNOTATION] == release.INSTALLATION
+    binding = wait_object(api, BINDING, f"{name}-binding")
+    with second_installation(kai, tmp_path, {"name": name, "levels": RACK_CLIQUE_AND_HOST}) as (second, identity):
+        assert identity != release.INSTALLATION
+        kind, _, message = wait_event(api, name, events.UNEXPECTED_TOPOLOGY_OWNER_REASON)
+        assert kind == "Warning"
+        assert f"made by the installation {release.INSTALLATION} of mnnvl-topology" in message, message
+        wait_metric(second, 'mnnvl_topology_foreign_objects{kind="Topology"}', 1.0)
+        topology = kube.path_of(*TOPOLOGY, name=name)
+
+        def both_pass() -> None:
+            """A Topology event, and a pass of each installation after it."""
+            another_pass(first, "topologies", lambda: api.patch(topology, touched()))
+
+        for _ in range(2):  # after the second has seen the first's Topology
+            another_pass(second, "topologies", both_pass)
+        found = get(api, TOPOLOGY, name)
+        assert found is not None
+        assert (found["metadata"]["uid"], levels_of(found)) == (created["metadata"]["uid"], CLIQUE_AND_HOST)
+        kept = get(api, BINDING, f"{name}-binding")
+        assert kept is not None
+        assert (kept["metadata"]["uid"], kept["metadata"]["resourceVersion"]) == (
+            binding["metadata"]["uid"],
+            binding["metadata"]["resourceVersion"],
+        )
+        said = [e[1] for e in reasons_about(api, name)]
+        assert events.TOPOLOGY_RECREATED_REASON not in said
+        assert said.count(events.UNEXPECTED_TOPOLOGY_OWNER_REASON) == 1
+
+
+def test_an_earlier_versions_topology_is_adopted_in_place(kai: cluster.Testbed, name: str) -> None:
+    """Created by our field manager with no installation recorded, as versions before the installation identity
+    did: the configured one now records this installation, the same object (its uid)."""
+    api = kai.api()
+    earlier = kube.Kube(kube.load_api_client(kai.kubeconfig), field_manager=keys.TOPOLOGY_CONTROLLER)
+    manifest = copied_manifest(name)
+    del manifest["metadata"]["annotations"]
+    manifest["spec"]["levels"] = CLIQUE_AND_HOST
+    created = earlier.create(manifest, keys.KAI_TOPOLOGY_PLURAL)
+    run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
+    adopted = wait_object(
+        api,
+        TOPOLOGY,
+        name,
+        lambda found: (
+            found["metadata"].get("annotations", {}).get(keys.INSTALLATION_ANNOTATION) == release.INSTALLATION
+        ),
+    )
+    assert adopted["metadata"]["uid"] == created["metadata"]["uid"]
+    assert wait_event(api, name, events.TOPOLOGY_ADOPTED_REASON)[0] == "Normal"

@@ -115,3 +115,14 @@ def test_the_chart_and_the_controllers_draw_the_fence_bound_at_the_same_place(
     except chart.RenderError:
         chart_accepts = False
     assert (loader_accepts, chart_accepts) == (accepted, accepted)
+
+
+def test_the_topology_controller_is_given_its_releases_installation_identity(
+    render: Render, tmp_path: pathlib.Path
+) -> None:
+    """What it records on the Topologies and bindings it creates, so a second release never touches them."""
+    enabled = {"topology": {"enabled": True, "kaiScheduler": {"installed": True}}}
+    objects = render(overrides=enabled, release="gpu", namespace="team-b")
+    path = tmp_path / "topology.yaml"
+    path.write_text(by_kind(objects, "ConfigMap")["gpu-mnnvl-topology-configuration"]["data"]["configuration.yaml"])
+    assert settings.load_configuration(path).installation == "team-b/gpu"

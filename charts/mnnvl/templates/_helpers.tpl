@@ -94,6 +94,10 @@ computeDomainManagement.enabled is on. Only the scope controllers and the guardi
 {{- if eq .controller "guardian" }}
 {{- $_ := set $base "computeDomain" (dict "deletionProtection" $values.deletionProtection) }}
 {{- end }}
+{{- if eq .controller "topology" }}
+{{- /* Recorded on the Topologies and bindings it creates: another release never touches them. */}}
+{{- $_ := set $base "installation" (printf "%s/%s" .root.Release.Namespace .root.Release.Name) }}
+{{- end }}
 {{- toYaml (mustMergeOverwrite $base (deepCopy $values.configuration)) }}
 {{- end }}
 

@@ -47,7 +47,8 @@ def test_other_models_still_keep_unknown_fields() -> None:
         pytest.param(
             ("internalCertManagement",),
             "unknown field internalCertManagement; known fields: apiVersion, kind, featureGates, computeDomain, "
-            "webhook, leaderElection, watching, reconciliation, topologies, metricsBindAddress, healthBindAddress",
+            "webhook, leaderElection, watching, reconciliation, topologies, installation, metricsBindAddress, "
+            "healthBindAddress",
             id="another-components-key",
         ),
     ],

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from mnnvl_api import events as reasons
-from mnnvl_api import keys, models
-from mnnvl_runtime import identity, kube, leases, metrics, operator, settings
-from mnnvl_topology import executor, planner, state
+from mnnvl_api import keys
+from mnnvl_runtime import kube, metrics
+from mnnvl_topology import executor, planner
 
 from ..mnnvl_runtime import fakes
+from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored, topologies_seen
 
 Object = dict[str, Any]
-LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
 #: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `planner.schema_has_aliases` reads it.
 ALIASED_VERSION = {
     "name": keys.KAI_TOPOLOGY_VERSION,
@@ -31,78 +30,8 @@ ALIASED_VERSION = {
 }
 
 
-class FakeApi:
-    """The optional APIs in `served` (Grove's by default) served, objects by (plural, name); creates and deletes
-    of the names in `refuse` are denied with the API server's message, as Grove's webhook or RBAC deny them."""
-
-    def __init__(self, refuse: set[str], served: tuple[planner.OptionalApi, ...] = (planner.GROVE_BINDINGS,)) -> None:
-        self.objects: dict[tuple[str, str], Object] = {}
-        self.refuse = refuse
-        self.served = set(served)
-        self.events: list[Object] = []
-        self.applied: list[Object] = []
-
-    async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
-        if method == "POST":
-            self.events.append(kwargs["body"])
-            return {}
-        listed = [{"name": api.plural} for api in self.served if path == f"/apis/{api.api_version}"]
-        if not listed:
-            raise kube.ApiError(status=404, reason="NotFound")
-        return {"resources": listed}
-
-    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
-        return self.objects.get((plural, name))
-
-    async def alist_page(self, api_version: str, plural: str, **_: Any) -> kube.Page:
-        return kube.Page(
-            items=[body for (kind, _), body in self.objects.items() if kind == plural], resource_version=""
-        )
-
-    def check(self, name: str) -> None:
-        if name in self.refuse:
-            denied = {"message": f'admission webhook "grove" denied the request: {name} is invalid'}
-            raise kube.ApiError(status=400, reason="BadRequest", body=json.dumps(denied))
-
-    async def acreate(self, manifest: Object, plural: str) -> Object:
-        name = manifest["metadata"]["name"]
-        self.check(name)
-        created = copy.deepcopy(manifest)
-        created["metadata"]["uid"] = f"uid-{name}"
-        self.objects[(plural, name)] = created
-        return created
-
-    async def aapply(self, manifest: Object, plural: str) -> Object:
-        self.applied.append(copy.deepcopy(manifest))
-        return manifest
-
-    async def adelete(self, path: str, *, uid: str | None = None, **_: Any) -> bool:
-        plural, name = path.split("/")[-2:]
-        self.check(name)
-        return self.objects.pop((plural, name), None) is not None
-
-
 def refused(kind: str) -> float:
     return metrics.REGISTRY.get_sample_value("mnnvl_topology_refused_writes_total", {"kind": kind}) or 0.0
-
-
-def executor_over(
-    api: FakeApi,
-    *names: str,
-    levels: list[dict[str, str]] = LEVELS,
-    unwatched: frozenset[planner.OptionalApi] = frozenset(),
-) -> executor.Executor:
-    configuration = models.Configuration.model_validate(
-        {"topologies": [{"name": name, "levels": levels} for name in names]}
-    )
-    context = operator.Context(
-        identity=identity.Identity(keys.TOPOLOGY_CONTROLLER),
-        process=settings.ProcessSettings(namespace="mnnvl-system"),
-        configuration=configuration,
-        client=cast(kube.Kube, api),
-        elector=cast(leases.LeaderElector, None),  # passes never ask for the Lease
-    )
-    return executor.Executor(context, state.Stores(), unwatched=unwatched)
 
 
 def warnings(api: FakeApi, reason: str) -> list[Object]:
@@ -136,18 +65,20 @@ def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written()
 
 def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_written() -> None:
     api = FakeApi(refuse={"old"})
-    ours = {"metadata": {"name": "old", "uid": "uid-old", "labels": {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}}}
-    old: Object = {"apiVersion": keys.KAI_TOPOLOGY_API_VERSION, "kind": keys.KAI_TOPOLOGY_KIND, **ours}
+    old = stored(
+        planner.desired_topology(entry("old"), aliases=False, installation=INSTALLATION),
+        manager=keys.TOPOLOGY_CONTROLLER,
+    )
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
     running = executor_over(api, "a")
-    running.stores.apply_topology("uid-old", old)
+    running.stores.apply_topology(old["metadata"]["uid"], old)
 
     with pytest.raises(executor.IncompletePassError, match="old"):
         asyncio.run(fakes.within(running.sync_topologies()))
 
     assert (keys.KAI_TOPOLOGY_PLURAL, "a") in api.objects
     [warning] = [event for event in api.events if event["type"] == "Warning"]
-    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("old", "uid-old")
+    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("old", old["metadata"]["uid"])
     assert '400: admission webhook "grove" denied the request: old is invalid' in warning["message"]
 
 
@@ -417,3 +348,137 @@ def test_an_api_served_at_start_up_is_watched_and_never_reported() -> None:
     api = FakeApi(refuse=set(), served=planner.OPTIONAL_APIS)
     asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
     assert warnings(api, reasons.WATCH_NEEDS_RESTART_REASON) == []
+
+
+def foreign_objects(kind: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value("mnnvl_topology_foreign_objects", {"kind": kind})
+
+
+def copied(name: str, *, installation: str = INSTALLATION, manager: str = "kubectl") -> Object:
+    """Our Topology `name`'s manifest, as written by `manager` (a copied manifest, a restore)."""
+    return stored(planner.desired_topology(entry(name), aliases=False, installation=installation), manager=manager)
+
+
+def passes(running: executor.Executor, api: FakeApi, count: int = 2) -> None:
+    for _ in range(count):
+        running.stores = topologies_seen(api)
+        asyncio.run(fakes.within(running.sync_topologies()))
+
+
+@pytest.mark.parametrize(
+    ("body", "owner"),
+    [
+        pytest.param(copied("a"), "but written by kubectl, not by mnnvl-topology alone", id="copied-manifest"),
+        pytest.param(
+            copied("a", installation="team-b/mnnvl", manager=keys.TOPOLOGY_CONTROLLER),
+            "made by the installation team-b/mnnvl of mnnvl-topology",
+            id="other-installation",
+        ),
+    ],
+)
+def test_an_object_labelled_ours_that_this_installation_did_not_make_is_never_written(body: Object, owner: str) -> None:
+    """Configured with other levels (a recreate if it were ours), and a second one under a name no longer configured
+    (a deletion if it were ours): neither is written; the configured one is reported once, with the gauge."""
+    api = FakeApi(refuse=set())
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = body
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "gone")] = {**copy.deepcopy(body), "metadata": {
+        **copy.deepcopy(body["metadata"]), "name": "gone", "uid": "uid-gone"}}  # fmt: skip
+    running = executor_over(api, "a", levels=[{"nodeLabel": "example.com/rack"}, *LEVELS])
+
+    passes(running, api)
+
+    assert api.writes == []
+    [warning] = warnings(api, reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON)
+    assert (warning["involvedObject"]["name"], warning["involvedObject"]["uid"]) == ("a", body["metadata"]["uid"])
+    assert owner in warning["message"]
+    assert foreign_objects(keys.KAI_TOPOLOGY_KIND) == 1.0
+
+
+def test_an_object_changing_hands_is_news_and_reported_again() -> None:
+    api = FakeApi(refuse=set())
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = copied("a")
+    running = executor_over(api, "a")
+    passes(running, api)
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")]["metadata"]["ownerReferences"] = [
+        {"kind": keys.GROVE_BINDING_KIND, "name": "a", "controller": True}
+    ]
+    passes(running, api)
+    messages = [event["message"] for event in warnings(api, reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON)]
+    assert len(messages) == 2
+    assert "owned by ClusterTopologyBinding a" in messages[1]
+
+
+def test_an_earlier_versions_objects_are_adopted_where_configured_and_never_deleted() -> None:
+    """Written by our field manager before installations were recorded: the configured Topology and binding now
+    record this installation (same uid, an event each); the unconfigured one is left, as another installation may
+    use it."""
+    api = FakeApi(refuse=set())
+    bare = {"labels": dict(planner.OURS)}
+    topology = planner.desired_topology(entry("a"), aliases=False, installation=INSTALLATION)
+    binding = planner.desired_binding(entry("a"), installation=INSTALLATION)
+    assert binding is not None
+    for plural, manifest, name in (
+        (keys.KAI_TOPOLOGY_PLURAL, topology, "a"),
+        (keys.GROVE_BINDING_PLURAL, binding, "a-binding"),
+        (keys.KAI_TOPOLOGY_PLURAL, topology, "old"),
+    ):
+        earlier = {**manifest, "metadata": {"name": name, **bare}}
+        api.objects[(plural, name)] = stored(earlier, manager=keys.TOPOLOGY_CONTROLLER)
+    uids = {key: body["metadata"]["uid"] for key, body in api.objects.items()}
+    running = executor_over(api, "a")
+
+    passes(running, api)
+
+    assert [(verb, plural, before and before["metadata"]["name"]) for verb, plural, before, _ in api.writes] == [
+        ("apply", keys.KAI_TOPOLOGY_PLURAL, "a"),
+        ("apply", keys.GROVE_BINDING_PLURAL, "a-binding"),
+    ]
+    assert {key: body["metadata"]["uid"] for key, body in api.objects.items()} == uids
+    for plural, name in ((keys.KAI_TOPOLOGY_PLURAL, "a"), (keys.GROVE_BINDING_PLURAL, "a-binding")):
+        adopted = api.objects[(plural, name)]
+        assert planner.provenance(adopted, installation=INSTALLATION) is planner.Provenance.OURS
+    old = api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")]
+    assert planner.provenance(old, installation=INSTALLATION) is planner.Provenance.LEGACY
+    assert [event["reason"] for event in api.events if event["reason"].endswith("Adopted")] == [
+        reasons.TOPOLOGY_ADOPTED_REASON,
+        reasons.BINDING_ADOPTED_REASON,
+    ]
+
+
+class ReplacedBeforeTheWrite(FakeApi):
+    """An API server where a same-named object appears between the read and the create (another installation's)."""
+
+    async def acreate(self, manifest: Object, plural: str) -> Object:
+        raise kube.ApiError(status=409, reason="AlreadyExists")
+
+
+def test_an_object_that_appeared_since_it_was_read_is_no_refusal_and_the_pass_is_retried() -> None:
+    api = ReplacedBeforeTheWrite(refuse=set())
+    with pytest.raises(executor.IncompletePassError):
+        asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
+    assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []
+
+
+class HandedOverAfterTheRead(FakeApi):
+    """An API server where each object read is then taken over by another installation (re-annotated, a new
+    resourceVersion) before the caller's next call."""
+
+    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        read = await super().aget(api_version, plural, name, namespace=namespace)
+        if read is not None and plural in (keys.KAI_TOPOLOGY_PLURAL, keys.GROVE_BINDING_PLURAL):
+            taken = copied(name, installation="team-b/mnnvl", manager=keys.TOPOLOGY_CONTROLLER)
+            taken["metadata"]["uid"] = read["metadata"]["uid"]
+            self.objects[(plural, name)] = taken
+        return read
+
+
+def test_an_object_taken_over_between_the_read_and_the_delete_is_left() -> None:
+    api = HandedOverAfterTheRead(refuse=set())
+    old = copied("old", manager=keys.TOPOLOGY_CONTROLLER)
+    api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
+    running = executor_over(api, "a")
+    running.stores = topologies_seen(api)
+    with pytest.raises(executor.IncompletePassError, match="old"):
+        asyncio.run(fakes.within(running.sync_topologies()))
+    assert (keys.KAI_TOPOLOGY_PLURAL, "old") in api.objects
+    assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []

@@ -11,6 +11,8 @@ from mnnvl_api import keys, models
 from mnnvl_api.models import configuration
 from mnnvl_topology import planner
 
+from . import fake_api
+
 CLIQUE = keys.GPU_CLIQUE_LABEL
 HOST = keys.HOSTNAME_LABEL
 
@@ -21,27 +23,48 @@ def entry(**fields: Any) -> configuration.TopologySettings:
     )
 
 
-def found(levels: list[dict[str, str]], *, ours: bool = True, owner: str | None = None) -> dict[str, Any]:
+INSTALLATION = "mnnvl-system/mnnvl"
+OTHER = "team-b/mnnvl"
+
+
+def found(
+    levels: list[dict[str, str]],
+    *,
+    ours: bool = True,
+    owner: str | None = None,
+    installation: str | None = INSTALLATION,
+    manager: str = keys.TOPOLOGY_CONTROLLER,
+) -> dict[str, Any]:
+    """A Topology as read: labelled ours (or not), recording `installation` (None: none), every label and annotation
+    written by `manager`."""
     meta: dict[str, Any] = {"name": "nvl72", "uid": "u1", "labels": dict(planner.OURS) if ours else {}}
+    if installation is not None:
+        meta["annotations"] = {keys.INSTALLATION_ANNOTATION: installation}
     if owner:
         meta["ownerReferences"] = [{"kind": "ClusterTopologyBinding", "name": owner, "controller": True}]
+    meta["managedFields"] = [fake_api.ownership(manager, meta)]
     return {"kind": "Topology", "metadata": meta, "spec": {"levels": levels}}
 
 
 def test_the_default_configuration_is_nvcfs_topology_and_binding() -> None:
     [default] = models.Configuration().topologies
-    assert planner.desired_topology(default, aliases=False) == {
+    assert planner.desired_topology(default, aliases=False, installation=INSTALLATION) == {
         "apiVersion": "kai.scheduler/v1alpha1",
         "kind": "Topology",
-        "metadata": {"name": "nvcf-mnnvl-topology", "labels": {"app.kubernetes.io/managed-by": "mnnvl-topology"}},
+        "metadata": {
+            "name": "nvcf-mnnvl-topology",
+            "labels": {"app.kubernetes.io/managed-by": "mnnvl-topology"},
+            "annotations": {"mnnvl.dev/installation": "mnnvl-system/mnnvl"},
+        },
         "spec": {"levels": [{"nodeLabel": "nvidia.com/gpu.clique"}, {"nodeLabel": "kubernetes.io/hostname"}]},
     }
-    assert planner.desired_binding(default) == {
+    assert planner.desired_binding(default, installation=INSTALLATION) == {
         "apiVersion": "grove.io/v1alpha1",
         "kind": "ClusterTopologyBinding",
         "metadata": {
             "name": "nvcf-mnnvl-topology-binding",
             "labels": {"app.kubernetes.io/managed-by": "mnnvl-topology"},
+            "annotations": {"mnnvl.dev/installation": "mnnvl-system/mnnvl"},
         },
         "spec": {
             "levels": [
@@ -57,16 +80,17 @@ def test_the_default_configuration_is_nvcfs_topology_and_binding() -> None:
 
 def test_aliases_are_written_only_where_the_served_schema_has_them() -> None:
     aliased = entry(levels=[{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST}])
-    assert planner.desired_topology(aliased, aliases=True)["spec"]["levels"][0] == {
+    assert planner.desired_topology(aliased, aliases=True, installation=INSTALLATION)["spec"]["levels"][0] == {
         "nodeLabel": CLIQUE,
         "alias": "clique",
     }
-    assert planner.desired_topology(aliased, aliases=False)["spec"]["levels"][0] == {"nodeLabel": CLIQUE}
+    without = planner.desired_topology(aliased, aliases=False, installation=INSTALLATION)
+    assert without["spec"]["levels"][0] == {"nodeLabel": CLIQUE}
 
 
 def test_a_disabled_binding_is_not_desired_and_a_named_one_keeps_its_name() -> None:
-    assert planner.desired_binding(entry(groveBinding={"enabled": False})) is None
-    named = planner.desired_binding(entry(groveBinding={"name": "nvl72"}))
+    assert planner.desired_binding(entry(groveBinding={"enabled": False}), installation=INSTALLATION) is None
+    named = planner.desired_binding(entry(groveBinding={"name": "nvl72"}), installation=INSTALLATION)
     assert named is not None
     assert named["metadata"]["name"] == "nvl72"
 
@@ -110,7 +134,8 @@ def test_drift_is_repaired_as_the_served_kai_release_allows(
     wanted: list[dict[str, str]], present: list[dict[str, str]] | None, aliases: bool, action: planner.Action
 ) -> None:
     desired = {"metadata": {"name": "nvl72"}, "spec": {"levels": wanted}}
-    assert planner.decide_topology(desired, None if present is None else found(present), aliases=aliases) is action
+    existing = None if present is None else found(present)
+    assert planner.decide_topology(desired, existing, aliases=aliases, installation=INSTALLATION) is action
 
 
 @pytest.mark.parametrize(
@@ -130,19 +155,24 @@ def test_drift_is_repaired_as_the_served_kai_release_allows(
 )
 def test_a_same_named_topology_we_did_not_create_is_foreign(topology: dict[str, Any], owner: str) -> None:
     desired = {"metadata": {"name": "nvl72"}, "spec": {"levels": [{"nodeLabel": CLIQUE}]}}
-    assert planner.decide_topology(desired, topology, aliases=True) is planner.Action.FOREIGN
-    assert planner.foreign_owner(topology) == owner
+    assert planner.decide_topology(desired, topology, aliases=True, installation=INSTALLATION) is planner.Action.FOREIGN
+    assert planner.foreign_owner(topology, installation=INSTALLATION) == owner
 
 
 def test_a_binding_is_patched_back_when_its_spec_differs() -> None:
-    desired = planner.desired_binding(entry())
+    desired = planner.desired_binding(entry(), installation=INSTALLATION)
     assert desired is not None
-    present = {"metadata": {"labels": dict(planner.OURS)}, "spec": dict(desired["spec"])}
-    assert planner.decide_binding(desired, present) is planner.Action.KEEP
+    present = fake_api.stored(desired, manager=keys.TOPOLOGY_CONTROLLER)
+
+    def decided(binding: dict[str, Any] | None) -> planner.Action:
+        return planner.decide_binding(desired, binding, installation=INSTALLATION)
+
+    assert decided(present) is planner.Action.KEEP
     present["spec"] = {**desired["spec"], "schedulerTopologyBindings": []}
-    assert planner.decide_binding(desired, present) is planner.Action.PATCH
-    assert planner.decide_binding(desired, {"metadata": {}, "spec": desired["spec"]}) is planner.Action.FOREIGN
-    assert planner.decide_binding(desired, None) is planner.Action.CREATE
+    assert decided(present) is planner.Action.PATCH
+    assert decided({"metadata": {}, "spec": desired["spec"]}) is planner.Action.FOREIGN
+    assert decided(fake_api.stored(desired)) is planner.Action.FOREIGN  # the same manifest, written by kubectl
+    assert decided(None) is planner.Action.CREATE
 
 
 def test_aliases_are_reported_as_dropped_only_where_the_served_schema_has_none() -> None:
@@ -616,7 +646,7 @@ def test_an_invalid_topology_is_refused_naming_the_entry(document: dict[str, Any
 
 def test_a_scheduler_name_shaped_like_kubernetes_own_is_accepted() -> None:
     named = entry(groveBinding={"schedulerName": "kai.scheduler-2"})
-    binding = planner.desired_binding(named)
+    binding = planner.desired_binding(named, installation=INSTALLATION)
     assert binding is not None
     assert binding["spec"]["schedulerTopologyBindings"] == [
         {"schedulerName": "kai.scheduler-2", "topologyReference": "nvl72"}
@@ -632,3 +662,142 @@ def test_two_topologies_with_one_name_are_refused() -> None:
         "topologies: 't' names two topologies; give each its own name; "
         "topologies: binding name 't-binding' is used twice; set distinct groveBinding.name"
     )
+
+
+# --- whose an object is -------------------------------------------------------------------------------------------
+
+SAME = [{"nodeLabel": CLIQUE}, {"nodeLabel": HOST}]
+
+
+@pytest.mark.parametrize(
+    ("topology", "provenance"),
+    [
+        pytest.param(found(SAME), planner.Provenance.OURS, id="ours"),
+        pytest.param(found(SAME, installation=None), planner.Provenance.LEGACY, id="earlier-version"),
+        pytest.param(found(SAME, installation=OTHER), planner.Provenance.OTHER_INSTALLATION, id="other-installation"),
+        pytest.param(found(SAME, manager="kubectl"), planner.Provenance.FOREIGN, id="copied-manifest"),
+        pytest.param(found(SAME, manager="kubectl", installation=None), planner.Provenance.FOREIGN, id="copied-bare"),
+        pytest.param(found(SAME, ours=False), planner.Provenance.FOREIGN, id="not-labelled"),
+    ],
+)
+def test_an_object_is_ours_only_when_our_field_manager_wrote_it_for_this_installation(
+    topology: dict[str, Any], provenance: planner.Provenance
+) -> None:
+    assert planner.provenance(topology, installation=INSTALLATION) is provenance
+
+
+def test_our_label_with_an_installation_annotation_written_by_someone_else_is_not_ours() -> None:
+    """A user annotating an earlier version's object (or one of another installation) does not make it ours."""
+    topology = found(SAME, installation=None)
+    topology["metadata"]["annotations"] = {keys.INSTALLATION_ANNOTATION: INSTALLATION}
+    topology["metadata"]["managedFields"].append(
+        fake_api.ownership("kubectl-annotate", {"annotations": topology["metadata"]["annotations"]})
+    )
+    assert planner.provenance(topology, installation=INSTALLATION) is planner.Provenance.FOREIGN
+    assert planner.foreign_owner(topology, installation=INSTALLATION) == (
+        "labelled app.kubernetes.io/managed-by=mnnvl-topology but written by kubectl-annotate, mnnvl-topology, not "
+        "by mnnvl-topology alone (managedFields)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("topology", "owner"),
+    [
+        pytest.param(
+            found(SAME, installation=OTHER), "made by the installation team-b/mnnvl of mnnvl-topology", id="b"
+        ),
+        pytest.param(
+            found(SAME, manager="kubectl-client-side-apply"),
+            "labelled app.kubernetes.io/managed-by=mnnvl-topology but written by kubectl-client-side-apply, not by "
+            "mnnvl-topology alone (managedFields)",
+            id="copied",
+        ),
+    ],
+)
+def test_an_object_labelled_ours_that_is_not_is_left_alone_saying_whose_it_is(
+    topology: dict[str, Any], owner: str
+) -> None:
+    """Whatever its levels, nothing is written to it: no recreate, no patch, no adoption."""
+    for wanted in (SAME, [{"nodeLabel": "example.com/rack"}, *SAME]):
+        desired = planner.desired_topology(entry(levels=wanted), aliases=True, installation=INSTALLATION)
+        assert planner.decide_topology(desired, topology, aliases=True, installation=INSTALLATION) is (
+            planner.Action.FOREIGN
+        )
+    assert planner.foreign_owner(topology, installation=INSTALLATION) == owner
+    assert not planner.removable(topology, wanted=[], installation=INSTALLATION)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "aliases", "action"),
+    [
+        pytest.param(SAME, False, planner.Action.ADOPT, id="in-shape"),
+        pytest.param([{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST}], True, planner.Action.PATCH,
+                     id="new-alias"),
+        pytest.param([{"nodeLabel": "example.com/rack"}, *SAME], False, planner.Action.RECREATE, id="new-levels"),
+    ],
+)  # fmt: skip
+def test_an_earlier_versions_object_under_a_configured_name_is_adopted(
+    wanted: list[dict[str, str]], aliases: bool, action: planner.Action
+) -> None:
+    """Each write of it records this installation: the apply of the desired object, or the recreated object."""
+    desired = planner.desired_topology(entry(levels=wanted), aliases=aliases, installation=INSTALLATION)
+    legacy = found(SAME, installation=None)
+    assert planner.decide_topology(desired, legacy, aliases=aliases, installation=INSTALLATION) is action
+    assert desired["metadata"]["annotations"] == {keys.INSTALLATION_ANNOTATION: INSTALLATION}
+
+
+def test_an_earlier_versions_binding_in_shape_is_adopted() -> None:
+    desired = planner.desired_binding(entry(), installation=INSTALLATION)
+    assert desired is not None
+    legacy = fake_api.stored(
+        {**desired, "metadata": {"name": desired["metadata"]["name"], "labels": dict(planner.OURS)}},
+        manager=keys.TOPOLOGY_CONTROLLER,
+    )
+    assert planner.decide_binding(desired, legacy, installation=INSTALLATION) is planner.Action.ADOPT
+
+
+@pytest.mark.parametrize(
+    ("topology", "wanted", "removable"),
+    [
+        pytest.param(found(SAME), [], True, id="ours-unconfigured"),
+        pytest.param(found(SAME), ["nvl72"], False, id="ours-configured"),
+        pytest.param(found(SAME, installation=None), [], False, id="earlier-version-unconfigured"),
+        pytest.param(found(SAME, installation=OTHER), [], False, id="other-installation"),
+        pytest.param(found(SAME, manager="kubectl"), [], False, id="copied-manifest"),
+        pytest.param(found(SAME, ours=False), [], False, id="not-labelled"),
+    ],
+)
+def test_only_this_installations_objects_are_deleted_when_unconfigured(
+    topology: dict[str, Any], wanted: list[str], removable: bool
+) -> None:
+    assert planner.removable(topology, wanted=wanted, installation=INSTALLATION) is removable
+
+
+def test_a_write_over_an_object_is_conditional_on_it_as_read() -> None:
+    desired = planner.desired_topology(entry(), aliases=False, installation=INSTALLATION)
+    present = {**found(SAME), "metadata": {**found(SAME)["metadata"], "resourceVersion": "42"}}
+    written = planner.conditional(desired, present)
+    assert written["metadata"] == {**desired["metadata"], "resourceVersion": "42"}
+    assert written["spec"] == desired["spec"]
+
+
+@pytest.mark.parametrize(
+    ("installation", "problem"),
+    [
+        pytest.param("mnnvl", "got 'mnnvl'", id="no-slash"),
+        pytest.param("Team/mnnvl", "got 'Team/mnnvl'", id="namespace-not-a-label"),
+        pytest.param("team/", "got 'team/'", id="no-name"),
+        pytest.param("team/a/b", "got 'team/a/b'", id="two-slashes"),
+    ],
+)
+def test_an_installation_identity_must_be_namespace_slash_name(installation: str, problem: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as failure:
+        models.Configuration.model_validate({"installation": installation})
+    [error] = failure.value.errors()
+    assert error["loc"] == ("installation",)
+    assert error["ctx"]["error"].args[0] == f"{configuration.INSTALLATION_RULE}; {problem}"
+
+
+def test_without_an_installation_configured_it_is_the_process_namespaces_mnnvl() -> None:
+    assert models.Configuration().installation_of("team-b") == "team-b/mnnvl"
+    assert models.Configuration.model_validate({"installation": "ops/gpu.v2"}).installation_of("x") == "ops/gpu.v2"

@@ -24,11 +24,15 @@ TOPOLOGY_ALIASES_UPDATED_REASON: Final = "TopologyAliasesUpdated"
 #: Warning: the served Topology schema has no aliases (KAI <= v0.16), so the configured ones are left out.
 TOPOLOGY_ALIASES_IGNORED_REASON: Final = "TopologyAliasesIgnored"
 TOPOLOGY_DELETED_REASON: Final = "TopologyDeleted"
-#: Warning: a Topology or ClusterTopologyBinding with a configured name exists and is not ours (Grove's, a user's).
+#: An earlier version's Topology (our field manager, no installation recorded) now records this installation.
+TOPOLOGY_ADOPTED_REASON: Final = "TopologyAdopted"
+#: Warning: a Topology or ClusterTopologyBinding with a configured name exists and is not this installation's
+#: (Grove's, a user's, a copied manifest's, another installation's).
 UNEXPECTED_TOPOLOGY_OWNER_REASON: Final = "UnexpectedTopologyOwner"
 BINDING_CREATED_REASON: Final = "ClusterTopologyBindingCreated"
 BINDING_UPDATED_REASON: Final = "ClusterTopologyBindingUpdated"
 BINDING_DELETED_REASON: Final = "ClusterTopologyBindingDeleted"
+BINDING_ADOPTED_REASON: Final = "ClusterTopologyBindingAdopted"
 #: Warning: the API server refused a write on a Topology or binding (Grove's webhook, RBAC, validation).
 TOPOLOGY_WRITE_REFUSED_REASON: Final = "TopologyWriteRefused"
 #: Grove's ClusterTopologyBinding API is not served: the topology works with KAI Scheduler only.

@@ -119,6 +119,10 @@ GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-group"
 SLICE_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-slice"
 REVISION_LABEL: Final = "leaderworkerset.sigs.k8s.io/compute-domain-revision"
 
+#: On the cluster-scoped Topologies and bindings mnnvl-topology creates: the installation that made it
+#: (`<namespace>/<name>`, the Helm release's), written with the object; no other installation touches it.
+INSTALLATION_ANNOTATION: Final = "mnnvl.dev/installation"
+
 # --- Controller identities -----------------------------------------------------------------------------
 # One name per controller: console script, Deployment, Lease, field manager, event source, managed-by value.
 

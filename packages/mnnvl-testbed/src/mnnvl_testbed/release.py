@@ -28,6 +28,8 @@ from . import chart, cluster
 
 RELEASE = "mnnvl"
 NAMESPACE = "mnnvl-system"
+#: The installation identity the chart gives the release (`<namespace>/<name>`), recorded by mnnvl-topology.
+INSTALLATION = f"{NAMESPACE}/{RELEASE}"
 #: The chart's block of each controller.
 BLOCKS = {
     keys.LWS_CONTROLLER: "lws",

@@ -50,8 +50,9 @@ class IncompletePassError(RuntimeError):
 class Executor:
     context: operator.Context
     stores: state.Stores
-    #: (kind, name, uid) of foreign objects already warned about: one Warning per object incarnation.
-    warned_foreign: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
+    #: (kind, name, uid, owner) of foreign objects already warned about: one Warning per object incarnation and
+    #: owner (an object that changes hands is news).
+    warned_foreign: set[tuple[str, str, str, str]] = dataclasses.field(default_factory=set)
     #: Topologies already reported as KAI-only while Grove is not served.
     reported_kai_only: set[str] = dataclasses.field(default_factory=set)
     #: Topologies already reported as written without their aliases while the served schema has none.
@@ -77,6 +78,10 @@ class Executor:
     @property
     def topologies(self) -> list[configuration.TopologySettings]:
         return self.context.configuration.topologies
+
+    @property
+    def installation(self) -> str:
+        return self.context.configuration.installation_of(self.context.process.namespace)
 
     async def event(self, involved: kube.Object, reason: str, message: str, *, warning: bool = False) -> None:
         component = self.context.identity.reporting_component
@@ -119,10 +124,10 @@ class Executor:
         # What a refusal is reported on: the object of the step under way, as found (None: it does not exist).
         concerned: tuple[str, str, kube.Object | None] = (keys.KAI_TOPOLOGY_KIND, entry.name, None)
         try:
-            desired = planner.desired_topology(entry, aliases=aliases)
+            desired = planner.desired_topology(entry, aliases=aliases, installation=self.installation)
             found = await self.client.aget(*TOPOLOGY, entry.name)
             concerned = (keys.KAI_TOPOLOGY_KIND, entry.name, found)
-            action = planner.decide_topology(desired, found, aliases=aliases)
+            action = planner.decide_topology(desired, found, aliases=aliases, installation=self.installation)
             if action is planner.Action.FOREIGN:
                 assert found is not None
                 foreign[keys.KAI_TOPOLOGY_KIND] += 1
@@ -130,7 +135,7 @@ class Executor:
                 return True  # the binding would bind Grove to a Topology we do not keep in shape
             topology = await self.write_topology(action, desired, found)
             await self.report_aliases_ignored(entry, topology, aliases=aliases)
-            binding = planner.desired_binding(entry)
+            binding = planner.desired_binding(entry, installation=self.installation)
             if binding is None:
                 return True
             if not grove:
@@ -139,12 +144,13 @@ class Executor:
             concerned = (keys.GROVE_BINDING_KIND, entry.binding_name, None)
             found_binding = await self.client.aget(*BINDING, entry.binding_name)
             concerned = (keys.GROVE_BINDING_KIND, entry.binding_name, found_binding)
-            if planner.decide_binding(binding, found_binding) is planner.Action.FOREIGN:
+            binding_action = planner.decide_binding(binding, found_binding, installation=self.installation)
+            if binding_action is planner.Action.FOREIGN:
                 assert found_binding is not None
                 foreign[keys.GROVE_BINDING_KIND] += 1
                 await self.warn_foreign(found_binding, "it is left as it is")
                 return True
-            await self.write_binding(binding, found_binding)
+            await self.write_binding(binding_action, binding, found_binding)
         except kube.ApiError as error:
             await self.report_refusal(*concerned, error)
             return False
@@ -152,7 +158,11 @@ class Executor:
 
     async def report_refusal(self, kind: str, name: str, found: kube.Object | None, error: kube.ApiError) -> None:
         """A Warning with the API server's message, on the object concerned or, when it does not exist, on the
-        census ConfigMap (an Event needs an object to be about, and that one is in our namespace)."""
+        census ConfigMap (an Event needs an object to be about, and that one is in our namespace). A conflict is no
+        refusal: the object changed (or appeared) since it was read, and the retried pass decides on it afresh."""
+        if error.status == 409:
+            log.info("topology object changed since read, retried", extra={"kind": kind, "object": name})
+            return
         message = planner.refusal_message(kind, name, status=error.status, body=error.body)
         telemetry.REFUSED.labels(kind=kind).inc()
         log.warning("topology write refused", extra={"kind": kind, "object": name, "reason": message})
@@ -180,12 +190,17 @@ class Executor:
     async def write_topology(
         self, action: planner.Action, desired: kube.Object, found: kube.Object | None
     ) -> kube.Object:
-        name = desired["metadata"]["name"]
         if action is planner.Action.KEEP:
             assert found is not None
             return found
+        if action is planner.Action.ADOPT:
+            assert found is not None
+            written = await self.client.aapply(planner.conditional(desired, found), keys.KAI_TOPOLOGY_PLURAL)
+            await self.wrote(written, "adopt", reasons.TOPOLOGY_ADOPTED_REASON, self.adopted())
+            return written
         if action is planner.Action.PATCH:
-            written = await self.client.aapply(desired, keys.KAI_TOPOLOGY_PLURAL)
+            assert found is not None
+            written = await self.client.aapply(planner.conditional(desired, found), keys.KAI_TOPOLOGY_PLURAL)
             await self.wrote(
                 written, "patch", reasons.TOPOLOGY_ALIASES_UPDATED_REASON, "level aliases updated in place"
             )
@@ -193,7 +208,7 @@ class Executor:
         if action is planner.Action.RECREATE:
             assert found is not None
             # KAI refuses this change in place; pending workloads briefly see "topology does not exist".
-            await self.client.adelete(kube.path_of(*TOPOLOGY, name=name), uid=found["metadata"]["uid"])
+            await self.delete_as_read(TOPOLOGY, found)
             written = await self.client.acreate(desired, keys.KAI_TOPOLOGY_PLURAL)
             await self.wrote(written, "recreate", reasons.TOPOLOGY_RECREATED_REASON, "recreated with new levels")
             return written
@@ -201,14 +216,27 @@ class Executor:
         await self.wrote(written, "create", reasons.TOPOLOGY_CREATED_REASON, "created")
         return written
 
-    async def write_binding(self, desired: kube.Object, found: kube.Object | None) -> None:
-        action = planner.decide_binding(desired, found)
+    async def write_binding(self, action: planner.Action, desired: kube.Object, found: kube.Object | None) -> None:
         if action is planner.Action.CREATE:
             written = await self.client.acreate(desired, keys.GROVE_BINDING_PLURAL)
             await self.wrote(written, "create", reasons.BINDING_CREATED_REASON, "created")
-        elif action is planner.Action.PATCH:
-            written = await self.client.aapply(desired, keys.GROVE_BINDING_PLURAL)
-            await self.wrote(written, "patch", reasons.BINDING_UPDATED_REASON, "spec restored from configuration")
+        elif action in (planner.Action.PATCH, planner.Action.ADOPT):
+            assert found is not None
+            written = await self.client.aapply(planner.conditional(desired, found), keys.GROVE_BINDING_PLURAL)
+            if action is planner.Action.ADOPT:
+                await self.wrote(written, "adopt", reasons.BINDING_ADOPTED_REASON, self.adopted())
+            else:
+                await self.wrote(written, "patch", reasons.BINDING_UPDATED_REASON, "spec restored from configuration")
+
+    def adopted(self) -> str:
+        return f"adopted for the installation {self.installation} (an earlier version's, which recorded none)"
+
+    async def delete_as_read(self, resource: tuple[str, str], found: kube.Object) -> bool:
+        """Delete `found` only as it was read (uid and resourceVersion preconditions): one replaced, relabelled or
+        handed to another installation meanwhile is left (409) for the next pass to decide on."""
+        meta = found["metadata"]
+        path = kube.path_of(*resource, name=meta["name"])
+        return await self.client.adelete(path, uid=meta["uid"], resource_version=meta["resourceVersion"])
 
     async def wrote(self, written: kube.Object, action: str, reason: str, what: str) -> None:
         kind, name = written["kind"], written["metadata"]["name"]
@@ -218,11 +246,11 @@ class Executor:
 
     async def warn_foreign(self, found: kube.Object, consequence: str) -> None:
         meta = found["metadata"]
-        seen = (found["kind"], meta["name"], meta["uid"])
+        owner = planner.foreign_owner(found, installation=self.installation)
+        seen = (found["kind"], meta["name"], meta["uid"], owner)
         if seen in self.warned_foreign:
             return
         self.warned_foreign.add(seen)
-        owner = planner.foreign_owner(found)
         log.warning("foreign topology object left alone", extra={"kind": seen[0], "object": seen[1], "reason": owner})
         await self.event(
             found,
@@ -257,13 +285,16 @@ class Executor:
         await self.event(topology, reasons.TOPOLOGY_ALIASES_IGNORED_REASON, message, warning=True)
 
     async def remove_obsolete(self, *, grove: bool) -> list[str]:
-        """Delete our objects that the configuration no longer names (never anyone else's); the names of those
-        whose deletion the API server refused."""
+        """Delete this installation's objects that the configuration no longer names (never anyone else's, nor an
+        earlier version's); the names of those whose deletion the API server refused. Candidates are the objects
+        labelled ours; each is decided on a fresh read."""
         wanted = [entry.name for entry in self.topologies]
         refused = [
             name
-            for name in planner.obsolete(self.stores.our_topologies(), wanted)
-            if not await self.delete_ours(TOPOLOGY, keys.KAI_TOPOLOGY_KIND, name, reasons.TOPOLOGY_DELETED_REASON)
+            for name in planner.obsolete(self.stores.labelled_topologies(), wanted)
+            if not await self.delete_ours(
+                TOPOLOGY, keys.KAI_TOPOLOGY_KIND, name, wanted, reasons.TOPOLOGY_DELETED_REASON
+            )
         ]
         if not grove:
             return refused
@@ -271,21 +302,25 @@ class Executor:
             *BINDING, label_selector=f"{keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER}"
         )
         bindings = [entry.binding_name for entry in self.topologies if entry.grove_binding.enabled]
-        ours = [item["metadata"]["name"] for item in listed.items]
+        labelled = [item["metadata"]["name"] for item in listed.items]
         return refused + [
             name
-            for name in planner.obsolete(ours, bindings)
-            if not await self.delete_ours(BINDING, keys.GROVE_BINDING_KIND, name, reasons.BINDING_DELETED_REASON)
+            for name in planner.obsolete(labelled, bindings)
+            if not await self.delete_ours(
+                BINDING, keys.GROVE_BINDING_KIND, name, bindings, reasons.BINDING_DELETED_REASON
+            )
         ]
 
-    async def delete_ours(self, resource: tuple[str, str], kind: str, name: str, reason: str) -> bool:
+    async def delete_ours(
+        self, resource: tuple[str, str], kind: str, name: str, wanted: list[str], reason: str
+    ) -> bool:
         """False when the API server refused a call (reported)."""
         found: kube.Object | None = None
         try:
             found = await self.client.aget(*resource, name)
-            if found is None or not planner.is_ours(found):
+            if found is None or not planner.removable(found, wanted=wanted, installation=self.installation):
                 return True
-            if await self.client.adelete(kube.path_of(*resource, name=name), uid=found["metadata"]["uid"]):
+            if await self.delete_as_read(resource, found):
                 telemetry.WRITES.labels(kind=kind, action="delete").inc()
                 log.info("topology object deleted", extra={"kind": kind, "object": name, "result": "delete"})
                 await self.event(found, reason, f"{kind} {name} deleted: it is no longer in the configuration")

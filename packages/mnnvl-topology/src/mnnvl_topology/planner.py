@@ -1,5 +1,6 @@
-"""Pure decisions of mnnvl-topology: the objects a configuration asks for, what to do about the ones found, the
-clique census, and whether a Pending group can fit in one clique. Values in, values out; no I/O, no clock."""
+"""Pure decisions of mnnvl-topology: the objects a configuration asks for, whose the ones found are and what to do
+about them, the clique census, and whether a Pending group can fit in one clique. Values in, values out; no I/O,
+no clock."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mnnvl_api import keys
-from mnnvl_api.decisions import references
+from mnnvl_api.decisions import domains, references
 from mnnvl_api.models import configuration
 
 Object = dict[str, Any]
@@ -24,14 +25,35 @@ class Action(enum.Enum):
     PATCH = "patch"
     #: Delete and create again: the API server refuses the change in place.
     RECREATE = "recreate"
-    #: A same-named object we did not create: never touched.
+    #: An earlier version's object, as desired: apply the desired object, which records this installation on it.
+    ADOPT = "adopt"
+    #: A same-named object this installation did not create: never touched.
+    FOREIGN = "foreign"
+
+
+class Provenance(enum.Enum):
+    """Who made an object found under a name of ours, as far as the API server's records tell."""
+
+    #: This installation: our field manager alone wrote the managed-by label and the installation annotation,
+    #: and the annotation names this installation.
+    OURS = "ours"
+    #: An earlier version of ours: our field manager alone wrote the managed-by label, and no installation is
+    #: recorded. Adopted under a configured name; never deleted (it may be another installation's).
+    LEGACY = "legacy"
+    #: Another installation of mnnvl-topology: our field manager wrote it for the installation it records.
+    OTHER_INSTALLATION = "other-installation"
+    #: Anyone else: not labelled ours, or labelled so by another field manager (a copied manifest, a restore).
     FOREIGN = "foreign"
 
 
 # --- desired objects ---------------------------------------------------------------------------------------
 
 
-def desired_topology(entry: configuration.TopologySettings, *, aliases: bool) -> Object:
+def _metadata(name: str, installation: str) -> Object:
+    return {"name": name, "labels": dict(OURS), "annotations": {keys.INSTALLATION_ANNOTATION: installation}}
+
+
+def desired_topology(entry: configuration.TopologySettings, *, aliases: bool, installation: str) -> Object:
     """The KAI Topology for `entry`; `aliases`: whether the served schema has `levels[].alias` (KAI v0.17+)."""
     levels: list[Object] = []
     for level in entry.levels:
@@ -42,12 +64,12 @@ def desired_topology(entry: configuration.TopologySettings, *, aliases: bool) ->
     return {
         "apiVersion": keys.KAI_TOPOLOGY_API_VERSION,
         "kind": keys.KAI_TOPOLOGY_KIND,
-        "metadata": {"name": entry.name, "labels": dict(OURS)},
+        "metadata": _metadata(entry.name, installation),
         "spec": {"levels": levels},
     }
 
 
-def desired_binding(entry: configuration.TopologySettings) -> Object | None:
+def desired_binding(entry: configuration.TopologySettings, *, installation: str) -> Object | None:
     """The Grove ClusterTopologyBinding for `entry` (None when disabled). It always names the KAI Topology in
     `schedulerTopologyBindings`: without it Grove would create and own a Topology of the binding's name."""
     if not entry.grove_binding.enabled:
@@ -55,7 +77,7 @@ def desired_binding(entry: configuration.TopologySettings) -> Object | None:
     return {
         "apiVersion": keys.GROVE_API_VERSION,
         "kind": keys.GROVE_BINDING_KIND,
-        "metadata": {"name": entry.binding_name, "labels": dict(OURS)},
+        "metadata": _metadata(entry.binding_name, installation),
         "spec": {
             "levels": [{"domain": level.grove_domain, "key": level.node_label} for level in entry.levels],
             "schedulerTopologyBindings": [
@@ -68,18 +90,52 @@ def desired_binding(entry: configuration.TopologySettings) -> Object | None:
 # --- what to do about what exists ----------------------------------------------------------------------------
 
 
-def is_ours(found: Mapping[str, Any]) -> bool:
+def labelled_as_ours(found: Mapping[str, Any]) -> bool:
+    """Whether the object carries our managed-by label: a candidate only, anyone can write a label."""
     labels = (found.get("metadata") or {}).get("labels") or {}
     return bool(labels.get(keys.MANAGED_BY_LABEL) == keys.TOPOLOGY_CONTROLLER)
 
 
-def foreign_owner(found: Mapping[str, Any]) -> str:
+def recorded_installation(found: Mapping[str, Any]) -> str | None:
+    annotations = (found.get("metadata") or {}).get("annotations") or {}
+    recorded = annotations.get(keys.INSTALLATION_ANNOTATION)
+    return None if recorded is None else str(recorded)
+
+
+def provenance(found: Mapping[str, Any], *, installation: str) -> Provenance:
+    """Who made `found`: our field manager must alone own its managed-by label and, when there is one, its
+    installation annotation (`managedFields`, as for ComputeDomains); the annotation then says which installation."""
+    if not labelled_as_ours(found):
+        return Provenance.FOREIGN
+    recorded = recorded_installation(found)
+    identity = (keys.INSTALLATION_ANNOTATION,) if recorded is not None else ()
+    meta = found.get("metadata") or {}
+    if domains.identity_owner(meta, labels=(keys.MANAGED_BY_LABEL,), annotations=identity) != keys.TOPOLOGY_CONTROLLER:
+        return Provenance.FOREIGN
+    if recorded is None:
+        return Provenance.LEGACY
+    return Provenance.OURS if recorded == installation else Provenance.OTHER_INSTALLATION
+
+
+def foreign_owner(found: Mapping[str, Any], *, installation: str) -> str:
     """Who the same-named object belongs to, for the Warning: its controlling owner (Grove creates and owns a
-    Topology for a binding without a `kai-scheduler` entry), its manager label, or nobody we know."""
+    Topology for a binding without a `kai-scheduler` entry), the other installation it records, the field managers
+    that wrote our label on it (a copied manifest, a restore), its manager label, or nobody we know."""
     meta = found.get("metadata") or {}
     for owner in meta.get("ownerReferences") or ():
         if owner.get("controller"):
             return f"owned by {owner.get('kind')} {owner.get('name')}"
+    if provenance(found, installation=installation) is Provenance.OTHER_INSTALLATION:
+        return f"made by the installation {recorded_installation(found)} of {keys.TOPOLOGY_CONTROLLER}"
+    if labelled_as_ours(found):
+        writers = domains.field_owners(meta, "labels", keys.MANAGED_BY_LABEL) | domains.field_owners(
+            meta, "annotations", keys.INSTALLATION_ANNOTATION
+        )
+        return (
+            f"labelled {keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER} but written by "
+            f"{', '.join(sorted(writers)) or 'no recorded field manager'}, not by {keys.TOPOLOGY_CONTROLLER} alone "
+            "(managedFields)"
+        )
     manager = (meta.get("labels") or {}).get(keys.MANAGED_BY_LABEL)
     return f"managed by {manager}" if manager else f"not labelled {keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER}"
 
@@ -91,30 +147,59 @@ def _levels(topology: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     ]
 
 
-def decide_topology(desired: Mapping[str, Any], found: Mapping[str, Any] | None, *, aliases: bool) -> Action:
+def _may_write(found: Mapping[str, Any], *, installation: str) -> bool:
+    """Only this installation's objects, and an earlier version's under a configured name, are ever written."""
+    return provenance(found, installation=installation) in (Provenance.OURS, Provenance.LEGACY)
+
+
+def _adopting(action: Action, found: Mapping[str, Any], *, installation: str) -> Action:
+    """An earlier version's object in shape still needs this installation recorded on it."""
+    legacy = provenance(found, installation=installation) is Provenance.LEGACY
+    return Action.ADOPT if action is Action.KEEP and legacy else action
+
+
+def decide_topology(
+    desired: Mapping[str, Any], found: Mapping[str, Any] | None, *, aliases: bool, installation: str
+) -> Action:
     """KAI <= v0.16 refuses any edit of `spec.levels`; v0.17+ (`aliases`) refuses only a new nodeLabel sequence.
     So a new sequence always recreates, and new aliases are patched in place where the schema has them."""
     if found is None:
         return Action.CREATE
-    if not is_ours(found):
+    if not _may_write(found, installation=installation):
         return Action.FOREIGN
     wanted, present = _levels(desired), _levels(found)
     if wanted == present:
-        return Action.KEEP
-    if aliases and [label for label, _ in wanted] == [label for label, _ in present]:
-        return Action.PATCH
-    return Action.RECREATE
+        action = Action.KEEP
+    elif aliases and [label for label, _ in wanted] == [label for label, _ in present]:
+        action = Action.PATCH
+    else:
+        action = Action.RECREATE
+    return _adopting(action, found, installation=installation)
 
 
-def decide_binding(desired: Mapping[str, Any], found: Mapping[str, Any] | None) -> Action:
+def decide_binding(desired: Mapping[str, Any], found: Mapping[str, Any] | None, *, installation: str) -> Action:
     """A binding's spec is mutable: patch it back whenever it differs (levels, scheduler bindings)."""
     if found is None:
         return Action.CREATE
-    if not is_ours(found):
+    if not _may_write(found, installation=installation):
         return Action.FOREIGN
     spec, present = desired["spec"], found.get("spec") or {}
     same = all(present.get(field) == value for field, value in spec.items())
-    return Action.KEEP if same else Action.PATCH
+    return _adopting(Action.KEEP if same else Action.PATCH, found, installation=installation)
+
+
+def removable(found: Mapping[str, Any], *, wanted: Iterable[str], installation: str) -> bool:
+    """Whether `found` is to be deleted: this installation made it and the configuration no longer names it. An
+    earlier version's object is not: nothing says which installation made it."""
+    name = (found.get("metadata") or {}).get("name")
+    return name not in set(wanted) and provenance(found, installation=installation) is Provenance.OURS
+
+
+def conditional(desired: Mapping[str, Any], found: Mapping[str, Any]) -> Object:
+    """`desired` applied only over `found` as read (its resourceVersion a precondition): an object replaced or
+    relabelled meanwhile makes the write fail (409) instead of taking it over."""
+    meta = {**desired["metadata"], "resourceVersion": found["metadata"]["resourceVersion"]}
+    return {**desired, "metadata": meta}
 
 
 def schema_has_aliases(crd: Mapping[str, Any] | None) -> bool:

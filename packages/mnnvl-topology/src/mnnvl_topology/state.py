@@ -41,8 +41,9 @@ class Stores:
     slices: indexes.Index[SliceKey, str] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, claim template) of every ComputeDomain's channel
     channel_templates: indexes.Index[tuple[str, str], bool] = dataclasses.field(default_factory=indexes.Index)
-    #: names of the Topologies we created
-    ours: indexes.Index[str, bool] = dataclasses.field(default_factory=indexes.Index)
+    #: names of the Topologies labelled ours: candidates for removal only, each decided on a fresh read (anyone
+    #: can write a label)
+    labelled: indexes.Index[str, bool] = dataclasses.field(default_factory=indexes.Index)
     #: The census of the facts above, computed once however many fit checks read it (None: facts changed).
     computed: planner.Census | None = dataclasses.field(default=None, init=False)
 
@@ -105,8 +106,8 @@ class Stores:
         return [CENSUS]
 
     def apply_topology(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
-        ours = body is not None and planner.is_ours(body)
-        self.ours.put(uid, {str(body["metadata"]["name"]): True} if body is not None and ours else {})
+        labelled = body is not None and planner.labelled_as_ours(body)
+        self.labelled.put(uid, {str(body["metadata"]["name"]): True} if body is not None and labelled else {})
         return [TOPOLOGIES]
 
     def census(self) -> planner.Census:
@@ -140,8 +141,8 @@ class Stores:
                 nodes.setdefault(clique, set()).add(node)
         return {clique: len(found) for clique, found in nodes.items()}
 
-    def our_topologies(self) -> list[str]:
-        return sorted(self.ours.groups())
+    def labelled_topologies(self) -> list[str]:
+        return sorted(self.labelled.groups())
 
     def keys(self) -> list[Key]:
         """Every unit of work, for the periodic resync."""

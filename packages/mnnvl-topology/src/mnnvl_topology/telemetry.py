@@ -8,7 +8,8 @@ from mnnvl_runtime import metrics
 
 WRITES = prometheus_client.Counter(
     "mnnvl_topology_writes_total",
-    "Writes to KAI Topologies and Grove ClusterTopologyBindings, by kind and action (create, patch, recreate, delete)",
+    "Writes to KAI Topologies and Grove ClusterTopologyBindings, by kind and action (create, patch, recreate, adopt, "
+    "delete)",
     ["kind", "action"],
     registry=metrics.REGISTRY,
 )
@@ -20,7 +21,8 @@ REFUSED = prometheus_client.Counter(
 )
 FOREIGN = prometheus_client.Gauge(
     "mnnvl_topology_foreign_objects",
-    "Configured names held by a Topology or ClusterTopologyBinding mnnvl-topology did not create (left alone)",
+    "Configured names held by a Topology or ClusterTopologyBinding this installation did not create (another "
+    "installation's, a copied manifest's, anyone else's): left alone",
     ["kind"],
     registry=metrics.REGISTRY,
 )

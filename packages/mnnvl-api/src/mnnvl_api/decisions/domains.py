@@ -9,7 +9,7 @@ relabelled it, and is never touched.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import keys
@@ -75,15 +75,24 @@ def facts_of(domain: Mapping[str, Any]) -> DomainFacts:
     )
 
 
-def identity_owner(meta: Mapping[str, Any]) -> str | None:
-    """The one field manager owning every identity label, per `managedFields`; None if there is not exactly one."""
+def field_owners(meta: Mapping[str, Any], section: str, key: str) -> set[str]:
+    """The field managers `managedFields` records as owning `metadata.<section>.<key>` (section: labels or
+    annotations)."""
+    return {
+        str(entry.get("manager"))
+        for entry in meta.get("managedFields") or ()
+        if f"f:{key}" in (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get(f"f:{section}") or {})
+    }
+
+
+def identity_owner(
+    meta: Mapping[str, Any], *, labels: Sequence[str] = IDENTITY_LABELS, annotations: Sequence[str] = ()
+) -> str | None:
+    """The one field manager owning every identity label (and annotation), per `managedFields`; None if there is
+    not exactly one. mnnvl-topology asks the same of its cluster-scoped objects, with their own keys."""
     owners: set[str] = set()
-    for label in IDENTITY_LABELS:
-        owning = {
-            str(entry.get("manager"))
-            for entry in meta.get("managedFields") or ()
-            if f"f:{label}" in (((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {})
-        }
+    for section, key in [*(("labels", label) for label in labels), *(("annotations", a) for a in annotations)]:
+        owning = field_owners(meta, section, key)
         if len(owning) != 1:
             return None
         owners |= owning

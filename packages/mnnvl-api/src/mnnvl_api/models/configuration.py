@@ -216,6 +216,27 @@ def _repeated(values: Sequence[str]) -> list[str]:
 
 
 DEFAULT_TOPOLOGY_NAME: Final = "nvcf-mnnvl-topology"
+DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MAX_LENGTH: Final = 63
+#: The installation's name when the file names none: the process namespace's `mnnvl` (as the kustomize install).
+DEFAULT_INSTALLATION_NAME: Final = "mnnvl"
+INSTALLATION_RULE: Final = (
+    "must be <namespace>/<name>, e.g. mnnvl-system/mnnvl (the Helm release's namespace and name): a namespace "
+    "(a DNS label) and a name (a DNS subdomain)"
+)
+
+
+def installation_problem(installation: str) -> str | None:
+    """Why `installation` is no installation identity (None: it is one)."""
+    namespace, slash, name = installation.partition("/")
+    fits = (
+        bool(slash)
+        and len(namespace) <= DNS_LABEL_MAX_LENGTH
+        and DNS_LABEL.match(namespace) is not None
+        and len(name) <= DNS_SUBDOMAIN_MAX_LENGTH
+        and DNS_SUBDOMAIN.match(name) is not None
+    )
+    return None if fits else f"{INSTALLATION_RULE}; got {installation!r}"
 
 
 def default_topologies() -> list[TopologySettings]:
@@ -242,6 +263,9 @@ class Configuration(_SettingsModel):
     reconciliation: ReconciliationSettings = pydantic.Field(default_factory=ReconciliationSettings)
     #: What mnnvl-topology provisions; only mnnvl-topology reads it.
     topologies: list[TopologySettings] = pydantic.Field(default_factory=default_topologies)
+    #: Which installation this is (`<namespace>/<name>`; the chart writes its release's), recorded on the objects
+    #: mnnvl-topology creates so that two installations never touch each other's. None: `<process namespace>/mnnvl`.
+    installation: str | None = None
     #: Where Prometheus metrics and the liveness probe are served; the empty string turns either off.
     metrics_bind_address: str = ":8080"
     health_bind_address: str = ":8081"
@@ -267,6 +291,18 @@ class Configuration(_SettingsModel):
         if problems:
             raise ValueError("; ".join(problems))
         return topologies
+
+    @pydantic.field_validator("installation")
+    @classmethod
+    def _installation_shape(cls, installation: str | None) -> str | None:
+        problem = None if installation is None else installation_problem(installation)
+        if problem is not None:
+            raise ValueError(problem)
+        return installation
+
+    def installation_of(self, namespace: str) -> str:
+        """This installation's identity: the file's, else `<namespace>/mnnvl` (`namespace`: the process's)."""
+        return self.installation or f"{namespace}/{DEFAULT_INSTALLATION_NAME}"
 
     @pydantic.field_validator("metrics_bind_address", "health_bind_address")
     @classmethod
