@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import kopf
 import jsonpatch
+import kopf
 import pytest
 
 from mnnvl_api import keys, names

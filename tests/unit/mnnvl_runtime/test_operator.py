@@ -54,3 +54,17 @@ def test_the_api_server_filters_what_each_controller_watches(
 ) -> None:
     """The selectors reach kopf's watch requests for exactly the resources they name."""
     assert watch_selectors(selectors).watching.label_selectors.collect(resource) == expected
+
+
+def test_a_controller_without_webhooks_gets_no_webhook_server() -> None:
+    """kopf starts a configured webhook server even with no webhook handler, and stops on its missing certificate
+    files: mnnvl-topology, which the chart mounts no certificate, must not have one."""
+    without = operator.kopf_settings(
+        identity.Identity(keys.TOPOLOGY_CONTROLLER),
+        models.Configuration(),
+        certfile=None,
+        keyfile=None,
+        watch_selectors={},
+    )
+    assert without.admission.server is None
+    assert isinstance(watch_selectors({}).admission.server, kopf.WebhookServer)

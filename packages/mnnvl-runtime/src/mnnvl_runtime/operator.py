@@ -51,11 +51,12 @@ def kopf_settings(
     who: identity.Identity,
     configuration: models.Configuration,
     *,
-    certfile: pathlib.Path,
-    keyfile: pathlib.Path,
+    certfile: pathlib.Path | None,
+    keyfile: pathlib.Path | None,
     watch_selectors: WatchSelectors,
 ) -> kopf.OperatorSettings:
-    """kopf's settings for one controller: own bookkeeping prefixes, no event posting, its webhook server."""
+    """kopf's settings for one controller: own bookkeeping prefixes, no event posting, its webhook server (none
+    without a certificate: kopf would start one even with no webhook handler, and stop on the missing files)."""
     operator = kopf.OperatorSettings()
     for resource, selector in watch_selectors.items():
         operator.watching.label_selectors[resource] = selector
@@ -71,13 +72,14 @@ def kopf_settings(
     operator.networking.request_timeout = 30
     operator.watching.connect_timeout = 10
     operator.admission.managed = None  # webhook configurations come from the chart (or the testbed)
-    operator.admission.server = kopf.WebhookServer(
-        addr=configuration.webhook.host,
-        port=configuration.webhook.port,
-        certfile=str(certfile),
-        pkeyfile=str(keyfile),
-        file_check_interval=configuration.webhook.cert_check_interval_seconds,
-    )
+    if certfile is not None and keyfile is not None:
+        operator.admission.server = kopf.WebhookServer(
+            addr=configuration.webhook.host,
+            port=configuration.webhook.port,
+            certfile=str(certfile),
+            pkeyfile=str(keyfile),
+            file_check_interval=configuration.webhook.cert_check_interval_seconds,
+        )
     return operator
 
 
@@ -87,8 +89,10 @@ def run(
     *,
     preflight: Callable[[kube.Kube, models.Configuration], list[str]],
     watch_selectors: WatchSelectors,
+    serves_webhooks: bool = True,
 ) -> int:
-    """The console script of a controller. Returns the exit code."""
+    """The console script of a controller. Returns the exit code. A controller that `serves_webhooks` needs its
+    certificate (the chart mounts it only for those)."""
     try:
         process, configuration = settings.load()
     except settings.SettingsError as error:
@@ -135,8 +139,8 @@ def run(
     operator_settings = kopf_settings(
         who,
         configuration,
-        certfile=cert_dir / "tls.crt",
-        keyfile=cert_dir / "tls.key",
+        certfile=cert_dir / "tls.crt" if serves_webhooks else None,
+        keyfile=cert_dir / "tls.key" if serves_webhooks else None,
         watch_selectors=watch_selectors,
     )
     liveness = None if endpoints.health is None else f"http://{endpoints.health.address}/healthz"

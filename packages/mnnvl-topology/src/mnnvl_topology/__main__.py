@@ -33,7 +33,15 @@ def problems(client: kube.Kube, configuration: models.Configuration) -> list[str
 
 
 def main() -> None:
-    sys.exit(operator.run(IDENTITY, state.registry, preflight=problems, watch_selectors=handlers.WATCH_SELECTORS))
+    sys.exit(
+        operator.run(
+            IDENTITY,
+            state.registry,
+            preflight=problems,
+            watch_selectors=handlers.WATCH_SELECTORS,
+            serves_webhooks=False,  # it has no webhook, and the chart mounts it no certificate
+        )
+    )
 
 
 if __name__ == "__main__":
