@@ -29,7 +29,7 @@ def test_the_suite_imports_the_mutated_copy(tmp_path: Path) -> None:
     fall back on the editable installs of the repository itself."""
     root = runner.scratch_copy(tmp_path)
     module = root / "packages/mnnvl-runtime/src/mnnvl_runtime/domains.py"
-    module.write_text('raise ImportError("guards canary")\n' + module.read_text())
+    module.write_text(module.read_text() + '\nraise ImportError("guards canary")\n')
     verdict = runner.run_properties(root)
     assert verdict.outcome is runner.Outcome.BROKEN
     assert "guards canary" in verdict.output, _explained(verdict)
