@@ -157,15 +157,15 @@ GUARDS: tuple[Guard, ...] = (
         name="admission-refusal-of-a-deleting-domain",
         keeps="no pod is admitted onto a domain being deleted",
         path=f"{DECISIONS}/domains.py",
-        find="    if domain.deleting:\n        return f\"ComputeDomain {domain.name} is being deleted\"",
-        replace="    if False:\n        return f\"ComputeDomain {domain.name} is being deleted\"",
+        find='    if domain.deleting:\n        return f"ComputeDomain {domain.name} is being deleted"',
+        replace='    if False:\n        return f"ComputeDomain {domain.name} is being deleted"',
     ),
     Guard(
         name="admission-refusal-of-a-condemned-domain",
         keeps="no pod is admitted onto a condemned domain (the fence relies on it)",
         path=f"{DECISIONS}/domains.py",
-        find="    if domain.condemned:\n        return f\"ComputeDomain {domain.name} is about to be deleted\"",
-        replace="    if False:\n        return f\"ComputeDomain {domain.name} is about to be deleted\"",
+        find='    if domain.condemned:\n        return f"ComputeDomain {domain.name} is about to be deleted"',
+        replace='    if False:\n        return f"ComputeDomain {domain.name} is about to be deleted"',
     ),
     # --- mnnvl_api/decisions/domains.py: identity and readiness -------------------------------------------
     Guard(

@@ -17,8 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from xml.etree import ElementTree
 
 from .catalogue import Guard
 
@@ -153,7 +153,7 @@ def run_properties(root: Path, *, timeout: float = TIMEOUT_SECONDS) -> Verdict:
     ]
     try:
         done = subprocess.run(
-            command, cwd=root, env=suite_environment(root), capture_output=True, text=True, timeout=timeout
+            command, check=False, cwd=root, env=suite_environment(root), capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         return Verdict(outcome=Outcome.TIMEOUT, problems=(f"the property suite ran longer than {timeout:.0f} s",))

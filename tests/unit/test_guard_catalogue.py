@@ -48,7 +48,7 @@ def _report(*cases: str) -> str:
 PASSED = '<testcase classname="tests.unit.safety.test_x.test_props" name="runTest"/>'
 FAILED_ASSERTION = (
     '<testcase classname="tests.unit.safety.test_x.test_props" name="runTest">'
-    '<failure message="AssertionError: assert [Teardown(domain=\'d\', users=(\'p\',))] == []">trace</failure>'
+    "<failure message=\"AssertionError: assert [Teardown(domain='d', users=('p',))] == []\">trace</failure>"
     "</testcase>"
 )
 
@@ -75,7 +75,12 @@ def test_only_passing_property_tests_miss_the_mutation() -> None:
     ("exit_code", "report"),
     [
         # a mutation that makes the code crash with another exception breaks the code, it does not remove a guard
-        (1, _report('<testcase classname="t" name="runTest"><failure message="NameError: name x">t</failure></testcase>')),
+        (
+            1,
+            _report(
+                '<testcase classname="t" name="runTest"><failure message="NameError: name x">t</failure></testcase>'
+            ),
+        ),
         # a collection error (an ImportError, a SyntaxError) is an error, not a failure
         (2, _report('<testcase classname="t" name=""><error message="collection failure">t</error></testcase>')),
         # an assertion failure does not count beside an error
