@@ -123,6 +123,13 @@ GUARDS: tuple[Guard, ...] = (
         ),
         replace="        patch = [\n",
     ),
+    Guard(
+        name="fresh-pod-list-reads-every-page",
+        keeps="the in-use check before a delete or release counts the users on every page of the pod list",
+        path=f"{RUNTIME}/domains.py",
+        find="        users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
+        replace="        users = references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
+    ),
     # --- mnnvl_api/decisions/fencing.py: the fenced deletion's steps ---------------------------------------
     Guard(
         name="fence-users-abort-the-deletion",
@@ -231,6 +238,29 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/references.py",
         find="        claim_template in referenced_claim_templates(pod) or recorded_domain(pod) == domain\n",
         replace="        claim_template in referenced_claim_templates(pod)\n",
+    ),
+    # --- mnnvl_api/decisions/injection.py: what a pod joining a domain gets -------------------------------
+    Guard(
+        name="injection-refuses-a-foreign-channel-claim",
+        keeps="a pod whose own claim takes the channel claim's name is refused, not admitted without our claim",
+        path=f"{DECISIONS}/injection.py",
+        find='    if existing is not None and existing.get("resourceClaimTemplateName") != claim_template:',
+        replace="    if False:",
+    ),
+    Guard(
+        name="pods-joining-an-unready-domain-are-gated",
+        keeps="a pod whose domain is not ready yet is held by the scheduling gate",
+        path=f"{DECISIONS}/injection.py",
+        find="    if gate:\n        patch += scheduling_gate_patch(spec)",
+        replace="    if False:\n        patch += scheduling_gate_patch(spec)",
+    ),
+    # --- mnnvl_api/decisions/ownership.py: who controls a child LeaderWorkerSet ----------------------------
+    Guard(
+        name="ds-child-reference-names-the-labelled-set",
+        keeps="a LeaderWorkerSet counts as a DisaggregatedSet's child only if its controller reference names that set",
+        path=f"{DECISIONS}/ownership.py",
+        find='        or reference.get("name") != ds_name\n',
+        replace="",
     ),
     # --- mnnvl_api/decisions/plans.py: the retirement rule of every scope ---------------------------------
     Guard(
