@@ -5,7 +5,8 @@ work is measured too), and the suite runs in a subprocess with the same interpre
 copy's `packages/*/src`, ahead of the editable installs, so the mutated code is what it imports (proven by
 `test_guards.test_the_suite_imports_the_mutated_copy`).
 
-Only an assertion failure of a property test counts as catching a mutation: a collection error, an import or
+Only an assertion failure of a property test (an invariant, or an assertion of the harness) counts as catching a
+mutation: a collection error, an import or
 syntax error, a crash with another exception, or a timeout says the mutation is broken, not the guard noticed.
 """
 
@@ -90,12 +91,14 @@ class Verdict:
     output: str = ""
 
 
-def _assertion_failure(failure: ElementTree.Element) -> bool:
-    """A failed invariant: an AssertionError, or a group of failures (Hypothesis reporting several) that has one."""
-    message = failure.get("message") or ""
-    if message.startswith("AssertionError"):
-        return True
-    return message.startswith(("ExceptionGroup", "BaseExceptionGroup")) and "AssertionError" in (failure.text or "")
+def _raised(case: ElementTree.Element) -> list[str]:
+    """The exceptions a test case raised, as `properties_only` records them."""
+    return [
+        name
+        for found in case.iter("property")
+        if found.get("name") == "exception"
+        for name in (found.get("value") or "").split()
+    ]
 
 
 def verdict_of(exit_code: int, report: str, output: str = "") -> Verdict:
@@ -112,10 +115,13 @@ def verdict_of(exit_code: int, report: str, output: str = "") -> Verdict:
         for error in case.iter("error"):
             problems.append(f"{node}: error: {error.get('message')}")
         for failure in case.iter("failure"):
-            if _assertion_failure(failure):
+            raised = _raised(case)
+            if "AssertionError" in raised:
                 caught.append(node)
             else:
-                problems.append(f"{node}: failed with {failure.get('message')}")
+                problems.append(
+                    f"{node}: failed with {' '.join(raised) or 'an unrecorded exception'}: {failure.get('message')}"
+                )
     if exit_code not in (0, 1):
         problems.append(f"pytest exited {exit_code} (0: passed, 1: tests failed)")
     if ran == 0:

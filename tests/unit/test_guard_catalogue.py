@@ -45,26 +45,27 @@ def _report(*cases: str) -> str:
     return f'<testsuites><testsuite name="pytest">{"".join(cases)}</testsuite></testsuites>'
 
 
+def _failed(raised: str, *, name: str = "runTest") -> str:
+    """A failed test case as junit reports it, with the exceptions `properties_only` records."""
+    return (
+        f'<testcase classname="tests.unit.safety.test_x.test_props" name="{name}">'
+        f'<properties><property name="exception" value="{raised}"/></properties>'
+        '<failure message="assert False">trace</failure></testcase>'
+    )
+
+
 PASSED = '<testcase classname="tests.unit.safety.test_x.test_props" name="runTest"/>'
-FAILED_ASSERTION = (
-    '<testcase classname="tests.unit.safety.test_x.test_props" name="runTest">'
-    "<failure message=\"AssertionError: assert [Teardown(domain='d', users=('p',))] == []\">trace</failure>"
-    "</testcase>"
-)
+ERROR = '<testcase classname="t" name=""><error message="collection failure">t</error></testcase>'
 
 
 def test_an_assertion_failure_catches_the_mutation() -> None:
-    verdict = runner.verdict_of(1, _report(PASSED, FAILED_ASSERTION))
+    verdict = runner.verdict_of(1, _report(PASSED, _failed("AssertionError")))
     assert verdict.outcome is runner.Outcome.CAUGHT
     assert verdict.caught_by == ("tests.unit.safety.test_x.test_props::runTest",)
 
 
 def test_a_group_of_failures_with_an_assertion_among_them_catches_the_mutation() -> None:
-    group = (
-        '<testcase classname="t" name="runTest"><failure message="ExceptionGroup: Hypothesis found 2 distinct '
-        'failures. (2 sub-exceptions)">+-+ 1 +---- AssertionError: assert 1 == 2</failure></testcase>'
-    )
-    assert runner.verdict_of(1, _report(group)).outcome is runner.Outcome.CAUGHT
+    assert runner.verdict_of(1, _report(_failed("KeyError AssertionError"))).outcome is runner.Outcome.CAUGHT
 
 
 def test_only_passing_property_tests_miss_the_mutation() -> None:
@@ -75,20 +76,24 @@ def test_only_passing_property_tests_miss_the_mutation() -> None:
     ("exit_code", "report"),
     [
         # a mutation that makes the code crash with another exception breaks the code, it does not remove a guard
-        (
-            1,
-            _report(
-                '<testcase classname="t" name="runTest"><failure message="NameError: name x">t</failure></testcase>'
-            ),
-        ),
+        (1, _report(_failed("NameError"))),
+        # a failure whose exception was not recorded cannot be judged
+        (1, _report('<testcase classname="t" name="runTest"><failure message="assert False">t</failure></testcase>')),
         # a collection error (an ImportError, a SyntaxError) is an error, not a failure
-        (2, _report('<testcase classname="t" name=""><error message="collection failure">t</error></testcase>')),
+        (2, _report(ERROR)),
         # an assertion failure does not count beside an error
-        (1, _report(FAILED_ASSERTION, '<testcase classname="t" name="x"><error message="E">t</error></testcase>')),
+        (1, _report(_failed("AssertionError"), ERROR)),
         (5, _report()),  # no property test collected
         (4, ""),  # pytest wrote no report (a usage error)
     ],
-    ids=["other-exception", "collection-error", "assertion-beside-an-error", "no-tests", "no-report"],
+    ids=[
+        "other-exception",
+        "unrecorded-exception",
+        "collection-error",
+        "assertion-beside-an-error",
+        "no-tests",
+        "no-report",
+    ],
 )
 def test_a_run_that_cannot_judge_the_guard_is_broken(exit_code: int, report: str) -> None:
     verdict = runner.verdict_of(exit_code, report)
