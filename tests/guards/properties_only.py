@@ -42,5 +42,6 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     if call.excinfo is not None:
-        report.user_properties.append(("exception", " ".join(raised(call.excinfo.value))))
+        # on the item: junit writes the properties of the teardown report, which copies the item's
+        item.user_properties.append(("exception", " ".join(raised(call.excinfo.value))))
     return report
