@@ -27,7 +27,575 @@ class Guard:
     replace: str
 
 
+RUNTIME = "packages/mnnvl-runtime/src/mnnvl_runtime"
+DECISIONS = "packages/mnnvl-api/src/mnnvl_api/decisions"
+LWS = "packages/mnnvl-lws/src/mnnvl_lws"
+DS = "packages/mnnvl-ds/src/mnnvl_ds"
+GUARDIAN = "packages/mnnvl-guardian/src/mnnvl_guardian"
+
 GUARDS: tuple[Guard, ...] = (
+    # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
+    Guard(
+        name="writer-writes-only-while-leading",
+        keeps="no write from a replica whose Lease may have passed to another",
+        path=f"{RUNTIME}/domains.py",
+        find="        if not self.may_write():\n            raise NotLeadingError(",
+        replace="        if False:\n            raise NotLeadingError(",
+    ),
+    Guard(
+        name="ungate-reads-the-pod-incarnation",
+        keeps="a gate is lifted only from the pod incarnation the plan saw, not a same-named successor",
+        path=f"{RUNTIME}/domains.py",
+        find='            if meta.get("uid") != uid or meta.get("deletionTimestamp") or',
+        replace='            if meta.get("deletionTimestamp") or',
+    ),
+    Guard(
+        name="ungate-patch-tests-the-uid",
+        keeps="the one-patch gate removal fails on a same-named successor pod",
+        path=f"{RUNTIME}/domains.py",
+        find="                    patch = [uid_test, *injection.gate_removal_at(gate_at)]",
+        replace="                    patch = injection.gate_removal_at(gate_at)",
+    ),
+    Guard(
+        name="fenced-delete-checks-identity",
+        keeps="only domains that are ours by identity are condemned or deleted",
+        path=f"{RUNTIME}/domains.py",
+        find="        if domain.deleting or not belongs(domain):\n            return Deletion()",
+        replace="        if domain.deleting:\n            return Deletion()",
+    ),
+    Guard(
+        name="fenced-delete-lists-pods-afresh",
+        keeps="no domain is condemned or deleted while a pod the stores do not know yet uses it",
+        path=f"{RUNTIME}/domains.py",
+        find="        users = await self._users(domain)\n        if domain.condemned:",
+        replace="        users: list[str] = []\n        if domain.condemned:",
+    ),
+    Guard(
+        name="delete-preconditioned-on-uid-and-version",
+        keeps="the DELETE lands only on the domain version that carried the mark and was found unused",
+        path=f"{RUNTIME}/domains.py",
+        find="return await self.client.adelete(path, uid=domain.uid, resource_version=domain.resource_version)",
+        replace="return await self.client.adelete(path)",
+    ),
+    Guard(
+        name="mark-preconditioned-on-uid-and-version",
+        keeps="a condemned mark is set or lifted only on the domain version that was checked",
+        path=f"{RUNTIME}/domains.py",
+        find="domain_path(domain.namespace, domain.name), precondition + marks, content_type=kube.JSON_PATCH",
+        replace="domain_path(domain.namespace, domain.name), marks, content_type=kube.JSON_PATCH",
+    ),
+    Guard(
+        name="uncondemn-checks-identity",
+        keeps="a mark is lifted only from a domain that is ours by identity",
+        path=f"{RUNTIME}/domains.py",
+        find="        if fresh is None or not fresh[1].condemned or not belongs(fresh[1]):",
+        replace="        if fresh is None or not fresh[1].condemned:",
+    ),
+    Guard(
+        name="release-only-from-a-deleting-domain",
+        keeps="the finalizer is released only from a domain being deleted, never a same-named live successor",
+        path=f"{RUNTIME}/domains.py",
+        find="        if not domain.deleting or not domain.protected or not belongs(domain):",
+        replace="        if not domain.protected or not belongs(domain):",
+    ),
+    Guard(
+        name="release-checks-identity",
+        keeps="the finalizer is released only from a domain that is ours by identity",
+        path=f"{RUNTIME}/domains.py",
+        find="        if not domain.deleting or not domain.protected or not belongs(domain):",
+        replace="        if not domain.deleting or not domain.protected:",
+    ),
+    Guard(
+        name="release-lists-pods-afresh",
+        keeps="the finalizer stays while a pod the stores do not know yet uses the domain",
+        path=f"{RUNTIME}/domains.py",
+        find="        users = await self._users(domain)\n        if users:",
+        replace="        users: list[str] = []\n        if users:",
+    ),
+    Guard(
+        name="release-preconditioned-on-uid-and-version",
+        keeps="the finalizer is removed only from the domain version found unused",
+        path=f"{RUNTIME}/domains.py",
+        find=(
+            "        patch = [\n"
+            '            {"op": "test", "path": "/metadata/uid", "value": domain.uid},\n'
+            '            {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},\n'
+        ),
+        replace="        patch = [\n",
+    ),
+    Guard(
+        name="fresh-pod-list-reads-every-page",
+        keeps="the in-use check before a delete or release counts the users on every page of the pod list",
+        path=f"{RUNTIME}/domains.py",
+        find="        users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
+        replace="        users = references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
+    ),
+    # --- mnnvl_api/decisions/fencing.py: the fenced deletion's steps ---------------------------------------
+    Guard(
+        name="fence-users-abort-the-deletion",
+        keeps="a domain a fresh read finds in use is not deleted (and loses its mark)",
+        path=f"{DECISIONS}/fencing.py",
+        find="    if users:\n        return Decision(step=Step.UNCONDEMN",
+        replace="    if False:\n        return Decision(step=Step.UNCONDEMN",
+    ),
+    Guard(
+        name="fence-waits-out-the-fence",
+        keeps="every pod admitted before the mark is persisted before the in-use check that precedes the delete",
+        path=f"{DECISIONS}/fencing.py",
+        find="    if waited < fence_seconds:",
+        replace="    if False:",
+    ),
+    Guard(
+        name="fence-restarts-when-the-mark-was-not-seen",
+        keeps="a process that did not see the mark begin (a restart) waits a whole fence again",
+        path=f"{DECISIONS}/fencing.py",
+        find="    waited = 0.0 if condemned_seen_at is None else now - condemned_seen_at",
+        replace="    waited = fence_seconds if condemned_seen_at is None else now - condemned_seen_at",
+    ),
+    # --- mnnvl_runtime/admission.py and mnnvl_api/decisions/domains.py: admission onto a domain -----------
+    Guard(
+        name="admission-refuses-condemned-or-deleting-domains",
+        keeps="no pod is admitted onto a domain that is condemned or being deleted (the fence relies on it)",
+        path=f"{RUNTIME}/admission.py",
+        find="    if refusal is not None:\n        raise retry(refusal)",
+        replace="    if False:\n        raise retry(refusal)",
+    ),
+    Guard(
+        name="admission-refusal-of-a-deleting-domain",
+        keeps="no pod is admitted onto a domain being deleted",
+        path=f"{DECISIONS}/domains.py",
+        find='    if domain.deleting:\n        return f"ComputeDomain {domain.name} is being deleted"',
+        replace='    if False:\n        return f"ComputeDomain {domain.name} is being deleted"',
+    ),
+    Guard(
+        name="admission-refusal-of-a-condemned-domain",
+        keeps="no pod is admitted onto a condemned domain (the fence relies on it)",
+        path=f"{DECISIONS}/domains.py",
+        find='    if domain.condemned:\n        return f"ComputeDomain {domain.name} is about to be deleted"',
+        replace='    if False:\n        return f"ComputeDomain {domain.name} is about to be deleted"',
+    ),
+    # --- mnnvl_api/decisions/domains.py: identity and readiness -------------------------------------------
+    Guard(
+        name="identity-labels-owned-by-one-manager",
+        keeps="a domain whose identity labels someone else also wrote is not ours",
+        path=f"{DECISIONS}/domains.py",
+        find="        if len(owning) != 1:\n            return None",
+        replace="        if not owning:\n            return None",
+    ),
+    Guard(
+        name="managed-requires-the-creator-to-be-the-manager",
+        keeps="a look-alike labelled as ours but created by someone else is never touched (guardian)",
+        path=f"{DECISIONS}/domains.py",
+        find="            and self.created_by == self.managed_by\n",
+        replace="",
+    ),
+    Guard(
+        name="owned-by-requires-the-creator",
+        keeps="a look-alike labelled as ours is never adopted: no pod is released onto it, no slice scaled",
+        path=f"{DECISIONS}/domains.py",
+        find="domain.managed_by == manager and domain.created_by == manager",
+        replace="domain.managed_by == manager",
+    ),
+    Guard(
+        name="ready-requires-ownership",
+        keeps="pods are released to the scheduler only onto a domain that is ours",
+        path=f"{DECISIONS}/domains.py",
+        find="        and is_owned_by(domain, owner_uid=owner_uid, manager=manager)\n",
+        replace="",
+    ),
+    Guard(
+        name="ready-requires-a-live-domain",
+        keeps="pods are not released onto a domain being deleted",
+        path=f"{DECISIONS}/domains.py",
+        find="        and not domain.deleting\n        and not domain.condemned\n",
+        replace="        and not domain.condemned\n",
+    ),
+    Guard(
+        name="ready-requires-an-uncondemned-domain",
+        keeps="pods are not released onto a condemned domain",
+        path=f"{DECISIONS}/domains.py",
+        find="        and not domain.condemned\n        and template_exists",
+        replace="        and template_exists",
+    ),
+    Guard(
+        name="release-decision-requires-no-user",
+        keeps="the finalizer stays while a live pod holds the domain's claim or records it",
+        path=f"{DECISIONS}/domains.py",
+        find="    return domain.deleting and domain.protected and not template_in_use",
+        replace="    return domain.deleting and domain.protected",
+    ),
+    # --- mnnvl_api/decisions/references.py: what counts as using a domain ---------------------------------
+    Guard(
+        name="pending-pods-count-as-users",
+        keeps="a pod counts as a user until it has Succeeded or Failed, not only while it runs",
+        path=f"{DECISIONS}/references.py",
+        find='    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES',
+        replace='    return (pod.get("status") or {}).get("phase") == "Running"',
+    ),
+    Guard(
+        name="recording-pods-count-as-users",
+        keeps="a pod that records the domain without holding its claim (a CPU-only leader) keeps it (fresh lists)",
+        path=f"{DECISIONS}/references.py",
+        find="        claim_template in referenced_claim_templates(pod) or recorded_domain(pod) == domain\n",
+        replace="        claim_template in referenced_claim_templates(pod)\n",
+    ),
+    # --- mnnvl_api/decisions/injection.py: what a pod joining a domain gets -------------------------------
+    Guard(
+        name="injection-refuses-a-foreign-channel-claim",
+        keeps="a pod whose own claim takes the channel claim's name is refused, not admitted without our claim",
+        path=f"{DECISIONS}/injection.py",
+        find='    if existing is not None and existing.get("resourceClaimTemplateName") != claim_template:',
+        replace="    if False:",
+    ),
+    Guard(
+        name="pods-joining-an-unready-domain-are-gated",
+        keeps="a pod whose domain is not ready yet is held by the scheduling gate",
+        path=f"{DECISIONS}/injection.py",
+        find="    if gate:\n        patch += scheduling_gate_patch(spec)",
+        replace="    if False:\n        patch += scheduling_gate_patch(spec)",
+    ),
+    # --- mnnvl_api/decisions/ownership.py: who controls a child LeaderWorkerSet ----------------------------
+    Guard(
+        name="ds-child-reference-names-the-labelled-set",
+        keeps="a LeaderWorkerSet counts as a DisaggregatedSet's child only if its controller reference names that set",
+        path=f"{DECISIONS}/ownership.py",
+        find='        or reference.get("name") != ds_name\n',
+        replace="",
+    ),
+    # --- mnnvl_api/decisions/plans.py: the retirement rule of every scope ---------------------------------
+    Guard(
+        name="retire-keeps-used-domains",
+        keeps="a domain a live pod uses is never planned for deletion",
+        path=f"{DECISIONS}/plans.py",
+        find="        if wanted(found) or used:",
+        replace="        if wanted(found):",
+    ),
+    # --- mnnvl_runtime/stores.py: watch stores -------------------------------------------------------------
+    Guard(
+        name="store-tombstones-objects-deleted-during-a-list",
+        keeps="an object deleted while a list was in flight is not brought back by that list",
+        path=f"{RUNTIME}/stores.py",
+        find="            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):",
+        replace="            if uid in self._versions and not _newer(version, self._versions[uid]):",
+    ),
+    Guard(
+        name="store-list-never-rolls-back-a-newer-event",
+        keeps="a list older than an event already applied does not undo it",
+        path=f"{RUNTIME}/stores.py",
+        find="            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):",
+        replace="            if uid in deleted:",
+    ),
+    Guard(
+        name="store-watch-event-never-rolls-back",
+        keeps="a late watch event older than what a list gave is ignored",
+        path=f"{RUNTIME}/stores.py",
+        find="        if uid in self._versions and not _newer(version, self._versions[uid]):\n            return []",
+        replace="        if False:\n            return []",
+    ),
+    Guard(
+        name="store-drops-ghosts",
+        keeps="an object a fresh list no longer has (its DELETED event lost) leaves the store",
+        path=f"{RUNTIME}/stores.py",
+        find="            if uid not in listed and (at is None or version is None or version <= at)",
+        replace="            if False",
+    ),
+    Guard(
+        name="store-keeps-objects-newer-than-the-list",
+        keeps="an object created after the list was taken is not dropped as a ghost",
+        path=f"{RUNTIME}/stores.py",
+        find="            if uid not in listed and (at is None or version is None or version <= at)",
+        replace="            if uid not in listed",
+    ),
+    Guard(
+        name="store-sync-opens-only-after-complete-lists",
+        keeps="the cache-sync barrier opens only once every mirror holds a complete list",
+        path=f"{RUNTIME}/stores.py",
+        find="            if complete and not self.synced.is_set():",
+        replace="            if not self.synced.is_set():",
+    ),
+    Guard(
+        name="store-counts-recording-pods",
+        keeps="a pod that records a domain without holding its claim (a CPU-only leader) keeps it (stores)",
+        path=f"{RUNTIME}/stores.py",
+        find="        self.domain_recorders.put(uid, {(namespace, recorded): name} if recorded else {})",
+        replace="        self.domain_recorders.put(uid, {})",
+    ),
+    Guard(
+        name="store-indexes-workload-domains-by-manager",
+        keeps="only the domains a controller manages are indexed under its workloads",
+        path=f"{RUNTIME}/stores.py",
+        find="        if facts.workload and (manager is None or facts.managed_by == manager):",
+        replace="        if facts.workload:",
+    ),
+    # --- mnnvl_runtime/indexes.py ----------------------------------------------------------------------------
+    Guard(
+        name="index-prefers-the-live-incarnation",
+        keeps="of two same-named incarnations the stores answer with the one not being deleted",
+        path=f"{RUNTIME}/indexes.py",
+        find="        return next((value for value in found if not going(value)), next(iter(found), None))",
+        replace="        return next(iter(found), None)",
+    ),
+    # --- mnnvl_runtime/reconciling.py, workqueue.py and leases.py: who may decide and write ------------
+    Guard(
+        name="reconcile-waits-for-the-cache-sync-barrier",
+        keeps="no pass decides from stores that do not hold a complete list yet",
+        path=f"{RUNTIME}/reconciling.py",
+        find="        await self.sync.synced.wait()  # no decision before every store holds a complete list\n",
+        replace="",
+    ),
+    Guard(
+        name="workqueue-rechecks-the-lease-before-a-pass",
+        keeps="no pass starts on a replica that stepped down while it waited for a key",
+        path=f"{RUNTIME}/workqueue.py",
+        find="            if not self.elector.may_write():\n                self.enqueue(key)",
+        replace="            if False:\n                self.enqueue(key)",
+    ),
+    Guard(
+        name="may-write-requires-a-recent-renewal",
+        keeps="a leader that has not renewed within the deadline stops writing before another can take over",
+        path=f"{RUNTIME}/leases.py",
+        find="        return self._without_lease or self._clock() - self._last_renewal < self.timing.renew_deadline",
+        replace="        return True",
+    ),
+    Guard(
+        name="lease-claim-waits-for-expiry",
+        keeps="a replica takes the Lease only once the holder's record has expired: one leader at a time",
+        path=f"{RUNTIME}/leases.py",
+        find="    if current != holder and not expired:\n        return None",
+        replace="    if False:\n        return None",
+    ),
+    # --- mnnvl_lws/decisions.py: replica-scope pod admission -----------------------------------------------
+    Guard(
+        name="worker-statefulset-uid-check",
+        keeps="a worker of a replaced StatefulSet is not bound to the current leader's domain",
+        path=f"{LWS}/decisions.py",
+        find='        if sts_meta.get("uid") != owner.get("uid"):',
+        replace="        if False:",
+    ),
+    Guard(
+        name="worker-leader-uid-check",
+        keeps="a worker of a previous leader incarnation is not bound to the current leader's domain",
+        path=f"{LWS}/decisions.py",
+        find='        if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
+        replace="        if False:",
+    ),
+    Guard(
+        name="worker-leader-live-check",
+        keeps="no worker is admitted onto the domain of a leader that is finished or being deleted",
+        path=f"{LWS}/decisions.py",
+        find='    if leader_meta.get("deletionTimestamp") or not references.is_non_terminal(leader):',
+        replace="    if False:",
+    ),
+    Guard(
+        name="leader-recorded-name-must-be-derived",
+        keeps="a leader's own compute-domain-name is refused unless it is a name of its group",
+        path=f"{LWS}/decisions.py",
+        find="    if position.is_leader and names.replica_domain_token(recorded, position.lws, position.group) is None:",
+        replace="    if False:",
+    ),
+    Guard(
+        name="worker-recorded-name-must-be-its-leaders",
+        keeps="a worker's own compute-domain-name is refused unless it is its leader's domain",
+        path=f"{LWS}/decisions.py",
+        find="    if not position.is_leader and recorded != leader_domain:",
+        replace="    if False:",
+    ),
+    # --- mnnvl_lws/admission.py ----------------------------------------------------------------------------
+    Guard(
+        name="lws-opt-in-confirmed-afresh",
+        keeps="a leader of an LWS the webhook's stores do not know yet still gets its claim and gate",
+        path=f"{LWS}/admission.py",
+        find="    if known is not None and known.opted_in:\n        return True\n",
+        replace="    if True:\n        return known is not None and known.opted_in\n",
+    ),
+    # --- mnnvl_lws/planner.py --------------------------------------------------------------------------------
+    Guard(
+        name="lws-planner-trusts-only-derived-leader-names",
+        keeps="no domain is created or kept current for a name the replica scope does not derive",
+        path=f"{LWS}/planner.py",
+        find="    valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.lws_name)]",
+        replace="    valid_leaders = live_leaders",
+    ),
+    Guard(
+        name="lws-ungates-only-onto-ready-domains",
+        keeps="a pod is released to the scheduler only once its domain is ours, live and ready",
+        path=f"{LWS}/planner.py",
+        find="        and p.domain in ready\n        and (p.is_leader",
+        replace="        and (p.is_leader",
+    ),
+    Guard(
+        name="lws-ungates-workers-only-onto-their-leaders-domain",
+        keeps="a worker runs only on its live leader's domain: one group, one domain",
+        path=f"{LWS}/planner.py",
+        find="        and (p.is_leader or leader_domains.get(p.group) == p.domain)\n",
+        replace="",
+    ),
+    Guard(
+        name="lws-is-ours-requires-the-creator",
+        keeps="a look-alike labelled as ours is never condemned, deleted or released (replica scope)",
+        path=f"{LWS}/planner.py",
+        find="        and domain.created_by == MANAGER\n        and domain.owner_uid is not None\n        and domain.workload == lws_name",
+        replace="        and domain.owner_uid is not None\n        and domain.workload == lws_name",
+    ),
+    Guard(
+        name="lws-is-ours-requires-a-derived-name",
+        keeps="only a domain whose name the replica scope derives from its labels is retired (replica scope)",
+        path=f"{LWS}/planner.py",
+        find="        and names.replica_domain_token(domain.name, lws_name, int(group)) is not None\n",
+        replace="",
+    ),
+    Guard(
+        name="lws-claim-holders-keep-the-domain",
+        keeps="a domain whose claim a live pod holds stays (replica scope)",
+        path=f"{LWS}/planner.py",
+        find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
+        replace="        in_use=lambda found: found.name in recorded,",
+    ),
+    Guard(
+        name="lws-recorders-keep-the-domain",
+        keeps="a domain a live pod records (a CPU-only leader) stays (replica scope)",
+        path=f"{LWS}/planner.py",
+        find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
+        replace="        in_use=lambda found: found.claim_template in snapshot.templates_in_use,",
+    ),
+    # --- mnnvl_ds/admission.py: slice-scope pod and child LWS admission ------------------------------------
+    Guard(
+        name="ds-pod-of-an-unknown-child-read-afresh",
+        keeps="a pod of a child LWS the webhook's stores do not know yet still gets its claim and gate",
+        path=f"{DS}/admission.py",
+        find="    if child is None:\n        fresh = await client.aget(",
+        replace="    if False:\n        fresh = await client.aget(",
+    ),
+    Guard(
+        name="ds-pod-joins-only-its-own-sets-domain",
+        keeps="a pod of a child LWS of another DisaggregatedSet incarnation does not join this one's domain",
+        path=f"{DS}/admission.py",
+        find="        return workload is not None and workload.uid == child.owner_uid and workload.opted_in",
+        replace="        return workload is not None and workload.opted_in",
+    ),
+    Guard(
+        name="ds-opt-in-confirmed-afresh",
+        keeps="a pod of a DisaggregatedSet the webhook's stores do not know yet still gets its claim and gate",
+        path=f"{DS}/admission.py",
+        find="    if fits(known):\n        return known\n",
+        replace="    if True:\n        return known if fits(known) else None\n",
+    ),
+    # --- mnnvl_ds/decisions.py -------------------------------------------------------------------------------
+    Guard(
+        name="ds-child-refused-while-a-foreign-domain-holds-its-name",
+        keeps="a slice whose domain name a look-alike holds is never scaled",
+        path=f"{DS}/decisions.py",
+        find="    if domain is not None and not domains.is_owned_by(",
+        replace="    if False and not domains.is_owned_by(",
+    ),
+    Guard(
+        name="ds-child-refused-while-the-gate-is-off",
+        keeps="with the gate off, an enrolled role gets no new child LWS whose pods would lack the claim",
+        path=f"{DS}/decisions.py",
+        find="        if not creating or not role_enrolled:\n            return []",
+        replace="        if True:\n            return []",
+    ),
+    Guard(
+        name="ds-recorded-name-must-be-the-slices",
+        keeps="a slice pod's own compute-domain-name is refused unless it is its slice and revision's domain",
+        path=f"{DS}/decisions.py",
+        find="    if recorded is not None and recorded != domain:",
+        replace="    if False:",
+    ),
+    # --- mnnvl_ds/planner.py ---------------------------------------------------------------------------------
+    Guard(
+        name="ds-active-only-for-the-current-sets-children",
+        keeps="a child LWS of an earlier DisaggregatedSet incarnation gets no domain of the current one",
+        path=f"{DS}/planner.py",
+        find="        if child.slice_scope and not child.deleting and child.owner_uid == workload.uid",
+        replace="        if child.slice_scope and not child.deleting",
+    ),
+    Guard(
+        name="ds-ungates-only-onto-ready-domains",
+        keeps="a slice pod is released to the scheduler only once its domain is ours, live and ready",
+        path=f"{DS}/planner.py",
+        find="        if p.gated and not p.terminal and not p.deleting and p.domain in ready",
+        replace="        if p.gated and not p.terminal and not p.deleting",
+    ),
+    Guard(
+        name="ds-is-ours-requires-the-creator",
+        keeps="a look-alike labelled as ours is never condemned, deleted or released (slice scope)",
+        path=f"{DS}/planner.py",
+        find="        and domain.created_by == MANAGER\n        and domain.owner_uid is not None\n        and domain.workload == ds_name",
+        replace="        and domain.owner_uid is not None\n        and domain.workload == ds_name",
+    ),
+    Guard(
+        name="ds-is-ours-requires-a-derived-name",
+        keeps="only a domain whose name the slice scope derives from its labels is retired (slice scope)",
+        path=f"{DS}/planner.py",
+        find="        and domain.name == domain_name(ds_name, position)\n",
+        replace="",
+    ),
+    Guard(
+        name="ds-claim-holders-keep-the-domain",
+        keeps="a domain whose claim a live pod holds stays (slice scope)",
+        path=f"{DS}/planner.py",
+        find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
+        replace="        in_use=lambda found: found.name in recorded,",
+    ),
+    Guard(
+        name="ds-recorders-keep-the-domain",
+        keeps="a domain a live pod records stays (slice scope)",
+        path=f"{DS}/planner.py",
+        find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
+        replace="        in_use=lambda found: found.claim_template in snapshot.templates_in_use,",
+    ),
+    # --- mnnvl_guardian ----------------------------------------------------------------------------------------
+    Guard(
+        name="guardian-deny-refuses-deleting-a-used-domain",
+        keeps="in Deny mode, the DELETE of a managed domain that live pods use is refused",
+        path=f"{GUARDIAN}/admission.py",
+        find="        if reason is not None:\n            telemetry.REFUSALS.inc()",
+        replace="        if False:\n            telemetry.REFUSALS.inc()",
+    ),
+    Guard(
+        name="guardian-acts-only-on-managed-domains",
+        keeps="the guardian never protects or releases a domain that is not managed by mnnvl (by identity)",
+        path=f"{GUARDIAN}/planner.py",
+        find="    if not domain.managed:\n        return Action.NOTHING",
+        replace="    if False:\n        return Action.NOTHING",
+    ),
+    Guard(
+        name="guardian-releases-only-with-the-gate-on",
+        keeps="with the gate disabled the guardian releases nothing",
+        path=f"{GUARDIAN}/planner.py",
+        find="    if gate_enabled and domains.may_release(domain, template_in_use=template_in_use):",
+        replace="    if domains.may_release(domain, template_in_use=template_in_use):",
+    ),
+    Guard(
+        name="guardian-indexes-only-managed-domains",
+        keeps="a look-alike never enters the guardian's stores",
+        path=f"{GUARDIAN}/state.py",
+        find="        self.shared.apply_domain(uid, body if body is not None and domains.facts_of(body).managed else None)",
+        replace="        self.shared.apply_domain(uid, body)",
+    ),
+    Guard(
+        name="guardian-protects-only-a-fresh-managed-domain",
+        keeps="the protection finalizer is added only to a domain that, read afresh, is managed by mnnvl",
+        path=f"{GUARDIAN}/executor.py",
+        find="    if not domains.facts_of(current).managed:\n        return None",
+        replace="    if False:\n        return None",
+    ),
+    Guard(
+        name="guardian-protection-preconditioned-on-the-version",
+        keeps="adding the finalizer never replaces a finalizer another controller added meanwhile",
+        path=f"{GUARDIAN}/executor.py",
+        find='    version = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}]',
+        replace="    version: list[dict[str, str]] = []",
+    ),
+    Guard(
+        name="guardian-release-checks-identity",
+        keeps="the guardian releases the finalizer only from a domain that, read afresh, is managed by mnnvl",
+        path=f"{GUARDIAN}/executor.py",
+        find="def _managed(domain: domains.DomainFacts) -> bool:\n    return domain.managed",
+        replace="def _managed(domain: domains.DomainFacts) -> bool:\n    return True",
+    ),
+    # --- stores and admission: the newest object, fresh reads on a mismatch, the worker's domain, identity ----
     Guard(
         name="newest-prefers-newest",
         keeps="a stale store entry (deletion hidden by a relist) never shadows its same-named successor",
@@ -76,6 +644,9 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/decisions/field_managers.py",
         find="if requester == own_user or not wrote_as(manager, meta, old_meta):",
         replace="if True:",
+    ),
+    # --- opted-in revisions after an opt-out, and the gate off -------------------------------------------
+    Guard(
         name="a-stamped-revision-keeps-its-claim",
         keeps="no opted-in pod runs without its claim: a leader of a revision upstream recorded stamped, after opt-out",
         path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
@@ -116,6 +687,9 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
         find="        await _refuse_while_gate_off(client, namespace, child)\n",
         replace="",
+    ),
+    # --- mnnvl-guardian: the Deny answer ------------------------------------------------------------------
+    Guard(
         name="guardian-deny-refuses-in-use-deletion",
         keeps="no domain starts deleting while a non-terminal pod references it (Deny mode)",
         path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
@@ -135,6 +709,9 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
         find="        return planner.unverified(domain, within)",
         replace="        return None",
+    ),
+    # --- the fence: per mark, per Lease term, and its minimum -----------------------------------------------
+    Guard(
         name="fence-timed-per-mark",
         keeps="no domain deleted under a pod: a mark lifted and set again gets a fence of its own",
         path="packages/mnnvl-api/src/mnnvl_api/decisions/fencing.py",
@@ -168,6 +745,9 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/models/configuration.py",
         find="        elif self.deletion_fence_seconds < minimum:\n",
         replace="        elif self.deletion_fence_seconds < 0:\n",
+    ),
+    # --- mnnvl-topology: the installation identity -------------------------------------------------------
+    Guard(
         name="topology-identity-field-manager",
         keeps="nothing foreign written: a Topology or binding labelled ours is ours only if our field manager wrote it",
         path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
