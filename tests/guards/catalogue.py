@@ -60,15 +60,15 @@ GUARDS: tuple[Guard, ...] = (
         name="fenced-delete-checks-identity",
         keeps="only domains that are ours by identity are condemned or deleted",
         path=f"{RUNTIME}/domains.py",
-        find="        if domain.deleting or not belongs(domain):\n            return Deletion()",
-        replace="        if domain.deleting:\n            return Deletion()",
+        find="        if fresh is None or fresh[1].deleting or not belongs(fresh[1]):",
+        replace="        if fresh is None or fresh[1].deleting:",
     ),
     Guard(
         name="fenced-delete-lists-pods-afresh",
         keeps="no domain is condemned or deleted while a pod the stores do not know yet uses it",
         path=f"{RUNTIME}/domains.py",
-        find="        users = await self._users(domain)\n        if domain.condemned:",
-        replace="        users: list[str] = []\n        if domain.condemned:",
+        find="        users = await self.fresh_users(domain)\n        seen_at = None",
+        replace="        users: list[str] = []\n        seen_at = None",
     ),
     Guard(
         name="delete-preconditioned-on-uid-and-version",
@@ -109,7 +109,7 @@ GUARDS: tuple[Guard, ...] = (
         name="release-lists-pods-afresh",
         keeps="the finalizer stays while a pod the stores do not know yet uses the domain",
         path=f"{RUNTIME}/domains.py",
-        find="        users = await self._users(domain)\n        if users:",
+        find="        users = await self.fresh_users(domain)\n        if users:",
         replace="        users: list[str] = []\n        if users:",
     ),
     Guard(
@@ -328,13 +328,6 @@ GUARDS: tuple[Guard, ...] = (
         replace="        if facts.workload:",
     ),
     # --- mnnvl_runtime/indexes.py ----------------------------------------------------------------------------
-    Guard(
-        name="index-prefers-the-live-incarnation",
-        keeps="of two same-named incarnations the stores answer with the one not being deleted",
-        path=f"{RUNTIME}/indexes.py",
-        find="        return next((value for value in found if not going(value)), next(iter(found), None))",
-        replace="        return next(iter(found), None)",
-    ),
     # --- mnnvl_runtime/reconciling.py, workqueue.py and leases.py: who may decide and write ------------
     Guard(
         name="reconcile-waits-for-the-cache-sync-barrier",
@@ -460,18 +453,11 @@ GUARDS: tuple[Guard, ...] = (
     ),
     # --- mnnvl_ds/admission.py: slice-scope pod and child LWS admission ------------------------------------
     Guard(
-        name="ds-pod-of-an-unknown-child-read-afresh",
-        keeps="a pod of a child LWS the webhook's stores do not know yet still gets its claim and gate",
-        path=f"{DS}/admission.py",
-        find="    if child is None:\n        fresh = await client.aget(",
-        replace="    if False:\n        fresh = await client.aget(",
-    ),
-    Guard(
         name="ds-pod-joins-only-its-own-sets-domain",
         keeps="a pod of a child LWS of another DisaggregatedSet incarnation does not join this one's domain",
         path=f"{DS}/admission.py",
-        find="        return workload is not None and workload.uid == child.owner_uid and workload.opted_in",
-        replace="        return workload is not None and workload.opted_in",
+        find="        return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)",
+        replace="        return workload is not None and (workload.opted_in or child.slice_scope)",
     ),
     Guard(
         name="ds-opt-in-confirmed-afresh",
@@ -492,8 +478,8 @@ GUARDS: tuple[Guard, ...] = (
         name="ds-child-refused-while-the-gate-is-off",
         keeps="with the gate off, an enrolled role gets no new child LWS whose pods would lack the claim",
         path=f"{DS}/decisions.py",
-        find="        if not creating or not role_enrolled:\n            return []",
-        replace="        if True:\n            return []",
+        find="    if not gate_enabled:\n        if not role_enrolled:\n            return []",
+        replace="    if not gate_enabled:\n        if True:\n            return []",
     ),
     Guard(
         name="ds-recorded-name-must-be-the-slices",
@@ -685,8 +671,8 @@ GUARDS: tuple[Guard, ...] = (
         name="refuse-enrolled-pods-while-gate-off",
         keeps="no pod of an enrolled role runs without its claim while the gate is off (it is refused for retry)",
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
-        find="        await _refuse_while_gate_off(client, namespace, child)\n",
-        replace="",
+        find="        await _refuse_while_gate_off(client, namespace, await _fresh_child(client, namespace, lws_name))\n",
+        replace="        await _fresh_child(client, namespace, lws_name)\n",
     ),
     # --- mnnvl-guardian: the Deny answer ------------------------------------------------------------------
     Guard(
