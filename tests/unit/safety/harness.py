@@ -52,6 +52,7 @@ import kopf
 import pydantic
 from hypothesis import strategies as st
 from hypothesis import target
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, models, names
@@ -166,15 +167,17 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         self.replicas: dict[str, Replica[StoresT, ExecutorT]] = {}
 
     def teardown(self) -> None:
-        # Guide the search towards runs that get far: writes landed, late ones above all, and domains deleted.
-        late = sum(1 for write in self.api.landed if not write.leading)
-        target(float(len(self.api.landed) + 5 * late + 5 * len(self.api.teardowns)), label="progress")
+        # Guide the search towards runs that get far: domain writes landed, late ones above all, deletions.
+        domain_writes = [write for write in self.api.landed if keys.COMPUTE_DOMAIN_PLURAL in write.what]
+        late = sum(1 for write in domain_writes if not write.leading)
+        if currently_in_test_context():  # scripted scenarios run outside Hypothesis
+            target(float(len(domain_writes) + 5 * late + 5 * len(self.api.teardowns)), label="progress")
         for replica in self.replicas.values():
             if replica.passing is not None:
                 replica.passing.cancel()
         for request in self.api.in_flight:
             request.answer.cancel()
-        self._settle()
+        self.settle()
         self.loop.close()
 
     # --- replicas ----------------------------------------------------------------------------------------
@@ -236,12 +239,12 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             if deposed != "cancelled at its next write" and replica.passing is not None:
                 replica.passing.cancel()
             self.on_lease_change(replica, False)
-            self._settle()
+            self.settle()
             if deposed == "restarted":
                 self.restart(leader)
         if to is not None:
             self.on_lease_change(self.replicas[to], True)
-        self._settle()
+        self.settle()
 
     def restart(self, name: str) -> None:
         """A (re)started process remembers nothing: its watches start now, and its initial lists begin."""
@@ -264,9 +267,9 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         key = data.draw(st.sampled_from(replica.stores.workload_keys()))
         snapshot, plan = self.plan_for(replica.stores, key)
         replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
-        self._settle()
+        self.settle()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Let every task run until it waits for a request in flight, then collect the passes that ended."""
 
         async def turns() -> None:
@@ -297,13 +300,13 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
                 request.answer.set_exception(memory_api.timed_out())
             if outcome == "lost":
                 self.api.in_flight.remove(request)
-        self._settle()
+        self.settle()
 
     def land_everything(self) -> None:
         """For scripted scenarios: every request lands, answered, until nothing is in flight."""
         while self.api.in_flight:
             self.api.land(self.api.in_flight[0], answered=True)
-            self._settle()
+            self.settle()
 
     # --- watch streams and fresh lists -------------------------------------------------------------------
 
@@ -384,7 +387,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         for key in replica.stores.workload_keys():
             snapshot, plan = self.plan_for(replica.stores, key)
             replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
-            self._settle()
+            self.settle()
             self.land_everything()
 
     # --- admission: begun by either replica's webhook, persisted (or abandoned) later --------------------

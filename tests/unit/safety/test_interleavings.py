@@ -34,7 +34,7 @@ from mnnvl_api.decisions import opt_in, references
 from mnnvl_lws import admission, decisions, executor, planner, state
 
 from . import settings
-from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine
+from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences
 from .memory_api import Object
 
 LWS = "dsr1"
@@ -296,7 +296,9 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
     @rule(data=st.data(), fails=st.booleans())
     def pod_ends(self, data: st.DataObject, fails: bool) -> None:
         """A pod fails, or is deleted (evicted; a deleted leader restarts its group)."""
-        name = data.draw(st.sampled_from(self._pods()))
+        self.pod_ends_named(data.draw(st.sampled_from(self._pods())), fails=fails)
+
+    def pod_ends_named(self, name: str, *, fails: bool) -> None:
         if fails:
             self._pod_fails(name)
         else:
@@ -326,7 +328,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         self.a_group_never_spans_two_domains()
 
 
-ReplicaScope.TestCase.settings = settings.for_model(max_examples=200, steps=60)
+ReplicaScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)
 test_replica_scope_interleavings = ReplicaScope.TestCase
 
 
@@ -354,3 +356,108 @@ def running_group(machine: ReplicaScope, *, gpu_leader: bool) -> str:
     machine.catch_up("b")
     (domain,) = domains_of_group(machine, 0)
     return domain
+
+
+def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_delete() -> None:
+    """A worker is admitted while its leader lives, the leader fails, the domain is condemned, and the worker is
+    persisted only afterwards, as late as admission allows: with the longest fence the configuration accepts, the
+    final fresh read sees it and the mark is lifted."""
+    machine = ReplicaScope()
+    machine.configured(max(accepted_fences()))
+    domain = running_group(machine, gpu_leader=False)
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # obsolete and unused as far as anyone can see: condemned
+    assert machine.is_condemned(domain)
+    machine.time_passes(seconds=machine.fence)  # the worker lands within its deadline, before the fence passed
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # the final fresh read finds the worker: the mark is lifted
+    machine.check()
+    assert not machine.is_condemned(domain)
+    machine.teardown()
+
+
+def test_no_configurable_fence_lets_a_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
+    """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest admission.
+    A worker read its domain as ready just before the mark; its creation lands `ADMISSION_BOUND` later."""
+    machine = ReplicaScope()
+    machine.configured(min(accepted_fences()))
+    domain = running_group(machine, gpu_leader=True)
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # condemned
+    machine.time_passes(seconds=min(machine.fence, ADMISSION_BOUND - 1.0))
+    machine.reconcile_fully("a")  # deleted if the fence has passed
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the worker lands
+    machine.check()
+    assert domain not in machine.api.deleted_domains or machine.fence >= ADMISSION_BOUND
+    machine.teardown()
+
+
+def test_a_group_restarted_after_opt_out_keeps_its_claim_until_the_rollout_replaces_it() -> None:
+    """Hole 8 of issue 19: the opt-in is removed (a new revision, rolling slowly); a leader of a group the rollout
+    has not reached is deleted and made again from the old, stamped template. It must not run without its
+    claim."""
+    machine = ReplicaScope()
+    running_group(machine, gpu_leader=True)
+    machine.lws_changes("opt-in toggled")
+    machine.catch_up("a")
+    machine.catch_up("b")
+    machine.pod_ends_named(f"{LWS}-0", fails=False)
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    if machine.pending:
+        machine.persist_named(f"{LWS}-0")
+    machine.check()
+    machine.teardown()
+
+
+def test_a_restarted_group_binds_its_worker_to_the_new_leader_even_when_the_stores_lag() -> None:
+    """The webhook's stores still show the old leader incarnation, and the old StatefulSet is gone only at a later
+    step: the worker of the new StatefulSet joins the new leader's domain, never the old one."""
+    machine = ReplicaScope()
+    old = running_group(machine, gpu_leader=True)
+    machine.pod_ends_named(f"{LWS}-0", fails=False)
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    machine.persist_named(f"{LWS}-0")
+    machine.begin_worker_of(0, via=1, latency=1.0)  # the old StatefulSet, not collected yet: refused
+    assert machine.pending == []
+    machine.api.delete("statefulsets", NS, f"{LWS}-0")  # collected
+    machine.statefulset_of(0)
+    machine.begin_worker_of(0, via=1, latency=1.0)
+    machine.persist_named(f"{LWS}-0-1")
+    worker = machine.api.get("pods", NS, f"{LWS}-0-1")
+    new_leader = machine.api.get("pods", NS, f"{LWS}-0")
+    assert worker is not None and new_leader is not None
+    assert references.recorded_domain(worker) == references.recorded_domain(new_leader) != old
+    machine.check()
+    machine.teardown()
+
+
+def test_a_deposed_leaders_condemn_landing_after_the_hand_over_changes_nothing_unsafe() -> None:
+    """Replica a sends the condemn of an obsolete domain and loses the Lease before it lands; b leads, a worker
+    admitted before the mark lands, the condemn lands late: b sees the mark, times the fence from its own sight,
+    and finds the worker."""
+    machine = ReplicaScope()
+    machine.configured(max(accepted_fences()))
+    domain = running_group(machine, gpu_leader=False)
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    replica = machine.replicas["a"]
+    snapshot, plan = plan_of(replica.stores, (NS, LWS))
+    replica.passing = machine.loop.create_task(replica.executor.apply(snapshot, plan))
+    machine.settle()
+    assert [r.what for r in machine.api.in_flight] == [f"patch computedomains/{domain}"]
+    machine.lease_moves(to="b", deposed="cancelled at once")
+    machine.land_everything()  # the condemn lands after the hand-over
+    assert machine.is_condemned(domain)
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the worker lands
+    machine.catch_up("b")
+    machine.reconcile_fully("b")
+    machine.time_passes(seconds=machine.fence)
+    machine.reconcile_fully("b")
+    machine.check()
+    assert not machine.is_condemned(domain)
+    machine.teardown()
