@@ -56,8 +56,9 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, models, names
-from mnnvl_api.decisions import injection, plans, references
+from mnnvl_api.decisions import injection, references
 from mnnvl_runtime import domains, kube, stores
+from mnnvl_runtime.stores import Mirror, NamespacedName
 
 from . import memory_api
 from .memory_api import MemoryApi, MemoryClient, Object
@@ -86,8 +87,15 @@ def accepted_fences() -> list[float]:
     return sorted(found)
 
 
-def new_writer(client: kube.Api, *, component: str, scope: str, fence: float, clock: Callable[[], float],
-               may_write: Callable[[], bool]) -> domains.DomainWriter:
+def new_writer(
+    client: kube.Api,
+    *,
+    component: str,
+    scope: str,
+    fence: float,
+    clock: Callable[[], float],
+    may_write: Callable[[], bool],
+) -> domains.DomainWriter:
     """The one place the model builds a domain writer (as `mnnvl_runtime.reconciling` does)."""
     return domains.DomainWriter(
         client, component=component, scope=scope, fence_seconds=fence, clock=clock, may_write=may_write
@@ -130,7 +138,7 @@ class Replica(Generic[StoresT, ExecutorT]):
     lists: dict[str, Listing] = dataclasses.field(default_factory=dict)
     passing: asyncio.Task[Any] | None = None
 
-    def mirror(self, plural: str) -> stores.Mirror[stores.NamespacedName]:
+    def mirror(self, plural: str) -> Mirror[NamespacedName]:
         (found,) = [m for m in self.stores.mirrors if m.resource.plural == plural]
         return found
 
@@ -196,7 +204,11 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             return self.api.leader == name
 
         writer = new_writer(
-            client, component=self.component, scope=self.scope, fence=self.fence, clock=lambda: self.now,
+            client,
+            component=self.component,
+            scope=self.scope,
+            fence=self.fence,
+            clock=lambda: self.now,
             may_write=may_write,
         )
         found = self.new_stores()
@@ -338,13 +350,11 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
 
     def deliver(self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any], count: int) -> None:
         plural = mirror.resource.plural
-        delivered = 0
-        for position, kind, body in self._events_for(mirror, replica.cursors[plural]):
+        for delivered, (position, kind, body) in enumerate(self._events_for(mirror, replica.cursors[plural])):
             if delivered == count:
                 replica.cursors[plural] = position
                 return
             mirror.observe(body, deleted=kind == "DELETED")
-            delivered += 1
         replica.cursors[plural] = len(self.api.events)
 
     def drop(
@@ -405,9 +415,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
     def _is_pending(self, name: str) -> bool:
         return any(p["metadata"]["name"] == name for _, p in self.pending)
 
-    def _admit(
-        self, body: Object, admitting: Coroutine[Any, Any, injection.PodAdmission], *, latency: float
-    ) -> None:
+    def _admit(self, body: Object, admitting: Coroutine[Any, Any, injection.PodAdmission], *, latency: float) -> None:
         """Runs the webhook's decision on `body` now; an admitted pod is persisted later, `latency` at most."""
         try:
             admitted = self.loop.run_until_complete(admitting)
@@ -444,7 +452,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             self.pending.remove(due)
             self._persist(due[1])
 
-    def note_plain_answer(self, what: str, *, refused: bool, patch: plans.JsonPatch | list[Any]) -> None:
+    def note_plain_answer(self, what: str, *, refused: bool, patch: list[Any]) -> None:
         """A webhook answered a workload that did not opt in: it must admit it unchanged."""
         if refused or patch:
             self.plain_refusals.append(f"{what}: {'refused' if refused else patch}")
@@ -467,9 +475,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             recorded = references.recorded_domain(pod)
             for domain in self.api.all(keys.COMPUTE_DOMAIN_PLURAL):
                 name = domain["metadata"]["name"]
-                used = recorded == name or names.claim_template_name(name) in references.referenced_claim_templates(
-                    pod
-                )
+                used = recorded == name or names.claim_template_name(name) in references.referenced_claim_templates(pod)
                 assert not (used and domain["metadata"].get("deletionTimestamp")), (
                     f"{pod['metadata']['name']} uses {name}, which is being deleted"
                 )
@@ -484,9 +490,9 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             for container in spec["containers"]:
                 if injection.requests_gpu(container):
                     holds = {c.get("name") for c in (container.get("resources") or {}).get("claims") or ()}
-                    assert claimed and keys.CHANNEL_CLAIM_NAME in holds, (
-                        f"{pod['metadata']['name']} runs without its claim in container {container['name']}"
-                    )
+                    where = f"{pod['metadata']['name']} runs without its claim in container {container['name']}"
+                    assert claimed, where
+                    assert keys.CHANNEL_CLAIM_NAME in holds, where
 
     @invariant()
     def plain_workloads_are_never_refused(self) -> None:

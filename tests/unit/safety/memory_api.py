@@ -284,7 +284,10 @@ class MemoryClient:
     async def acreate(self, manifest: Object, plural: str) -> Object:
         body = copy.deepcopy(manifest)
         what = f"create {plural}/{body['metadata']['name']}"
-        return await self._send(what, lambda: self.api.put(plural, body, manager=self.field_manager), pinned=True)
+        created: Object = await self._send(
+            what, lambda: self.api.put(plural, body, manager=self.field_manager), pinned=True
+        )
+        return created
 
     async def apatch(self, path: str, patch: object, *, content_type: str = kube.MERGE_PATCH) -> Object:
         assert content_type == kube.JSON_PATCH
@@ -309,7 +312,8 @@ class MemoryClient:
 
             return self.api.update(plural, namespace, name, change)
 
-        return await self._send(f"patch {plural}/{name}", apply, pinned=pinned)
+        patched: Object = await self._send(f"patch {plural}/{name}", apply, pinned=pinned)
+        return patched
 
     async def adelete(self, path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool:
         plural, namespace, name = _parse(path)
@@ -325,9 +329,7 @@ class MemoryClient:
             self.api.delete(plural, namespace, name)
             return True
 
-        return bool(
-            await self._send(f"delete {plural}/{name}", apply, pinned=bool(uid) and bool(resource_version))
-        )
+        return bool(await self._send(f"delete {plural}/{name}", apply, pinned=bool(uid) and bool(resource_version)))
 
     async def amodify(self, path: str, change: Callable[[Object], kube.JsonPatch | None]) -> Object | None:
         plural, namespace, name = _parse(path)

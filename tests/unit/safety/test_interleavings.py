@@ -124,8 +124,11 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
 
         return self.api.update(keys.LWS_PLURAL, NS, name, change)
 
-    @rule(change=st.sampled_from(("opt-in toggled", "rollout reaches group 0", "rollout reaches group 1",
-                                  "replaced", "plain one written")))
+    @rule(
+        change=st.sampled_from(
+            ("opt-in toggled", "rollout reaches group 0", "rollout reaches group 1", "replaced", "plain one written")
+        )
+    )
     def lws_changes(self, change: str) -> None:
         """- the user removes the opt-in of `dsr1`, or gives it again: a new template revision, rolled out group
           by group (a group the rollout has not reached is made again from its old template);
@@ -159,8 +162,9 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
 
     # --- pods, as LWS, its StatefulSets and the API server's admission make them -----------------------
 
-    def _make(self, name: str, template: Object, *, extra: Object, owner: Object, gpu: bool, via: int,
-              latency: float) -> None:
+    def _make(
+        self, name: str, template: Object, *, extra: Object, owner: Object, gpu: bool, via: int, latency: float
+    ) -> None:
         """A pod made from `template`: our pod webhook (of replica `via`) sees it only when the template was
         stamped (its objectSelector); any other is created as it is."""
         meta = template.get("metadata") or {}
@@ -201,7 +205,12 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         owner = {"kind": "LeaderWorkerSet", "name": LWS, "uid": lws["metadata"]["uid"], "controller": True}
         self.made_from[f"{LWS}-{group}"] = self.group_templates[group]
         self._make(
-            f"{LWS}-{group}", self.group_templates[group]["leaderTemplate"], extra={}, owner=owner, gpu=gpu, via=via,
+            f"{LWS}-{group}",
+            self.group_templates[group]["leaderTemplate"],
+            extra={},
+            owner=owner,
+            gpu=gpu,
+            via=via,
             latency=latency,
         )
 
@@ -429,7 +438,8 @@ def test_a_restarted_group_binds_its_worker_to_the_new_leader_even_when_the_stor
     machine.persist_named(f"{LWS}-0-1")
     worker = machine.api.get("pods", NS, f"{LWS}-0-1")
     new_leader = machine.api.get("pods", NS, f"{LWS}-0")
-    assert worker is not None and new_leader is not None
+    assert worker is not None
+    assert new_leader is not None
     assert references.recorded_domain(worker) == references.recorded_domain(new_leader) != old
     machine.check()
     machine.teardown()

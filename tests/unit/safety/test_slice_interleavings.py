@@ -189,8 +189,13 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
         template = copy.deepcopy(role_spec["leaderWorkerTemplate"])
         for pod_template in template.values():
             pod_template["metadata"]["labels"] = {**(pod_template["metadata"].get("labels") or {}), **labels}
-        owner = {"apiVersion": keys.DS_API_VERSION, "kind": keys.DS_KIND, "name": ds_name,
-                 "uid": ds["metadata"]["uid"], "controller": True}
+        owner = {
+            "apiVersion": keys.DS_API_VERSION,
+            "kind": keys.DS_KIND,
+            "name": ds_name,
+            "uid": ds["metadata"]["uid"],
+            "controller": True,
+        }
         body = {
             "metadata": {
                 "name": child_name(ds_name, (slice_index, revision), role),
@@ -228,8 +233,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
         return [c for c in self._children() if self._pod(f"{c}-0") is None and not self._is_pending(f"{c}-0")]
 
     @precondition(lambda self: self._podless())
-    @rule(data=st.data(), gpu=st.booleans(), via=st.integers(0, len(REPLICAS) - 1),
-          latency=st.sampled_from(LATENCIES))
+    @rule(data=st.data(), gpu=st.booleans(), via=st.integers(0, len(REPLICAS) - 1), latency=st.sampled_from(LATENCIES))
     def begin_pod(self, data: st.DataObject, gpu: bool, via: int, latency: float) -> None:
         self.begin_pod_of(data.draw(st.sampled_from(self._podless())), gpu=gpu, via=via, latency=latency)
 
