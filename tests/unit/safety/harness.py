@@ -222,7 +222,10 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         )
 
     def on_lease_change(self, replica: Replica[StoresT, ExecutorT], leading: bool) -> None:
-        """What the process's elector tells its components (`LeaderElector.on_change`); a scope adds its own."""
+        """What the process's elector tells its components (`LeaderElector.on_change`); a scope adds its own.
+
+        Today's domain writer listens to nothing (hole 1 of issue 19: it keeps first sights of marks across Lease
+        terms); a writer that forgets them on a Lease change is to be told here, the one place of the model."""
 
     @initialize(fence=st.sampled_from(accepted_fences()))
     def configured(self, fence: float) -> None:
