@@ -1,51 +1,150 @@
-"""What every scope's interleaving harness shares: one controller (stores, planner, executor with the shared domain
-writer) and a second replica's webhook in front of an in-memory API server, the driver behind it.
+"""What every scope's interleaving model shares: two replicas of a controller in front of an in-memory API server
+(`memory_api`), the driver behind it, and the invariants of the promise.
 
-`ScopeMachine` holds the machinery: controller starts and restarts that lose all memory, watch events delivered
-to each store at its own lag, re-lists, admissions begun and persisted (or abandoned) as separate steps within an
-admission deadline shorter than the deletion fence, the clock the fence reads, and the safety invariants that
-do not depend on the scope. A scope's harness adds its workloads, its pods' creators, its reconciliation and
-its own invariants.
+Each replica is a process of its own: its stores, fed by one watch stream per resource, each at its own lag; its
+own domain writer, executor and pod webhook. Hypothesis interleaves, one step at a time:
+
+- watch streams delivering events; a stream dropping events (a 410: it resumes from a later point, the events in
+  between are lost, and kopf may re-deliver the current objects, never the deletions), so that only the periodic
+  resync repairs the store; that resync (a fresh list) delivered page by page, between other steps;
+- Lease hand-overs at any step (to the other replica, or to nobody); the deposed leader's pass cancelled at once
+  or only at its next write (which `may_write` then refuses); a replica restarting with nothing remembered;
+- reconciliation passes of the Lease holder, whose every write is a request in flight: it lands at a later step
+  (answered, or landed while its sender saw a timeout), times out and lands later still, or never lands; so a
+  write begun by a deposed leader can land after the hand-over;
+- pod admissions by either replica's webhook (a follower's stores lag as much as a leader's), begun and persisted
+  as separate steps, up to `ADMISSION_BOUND` apart; the deletion fence is any value the product's `Configuration`
+  accepts, so a fence shorter than the admission bound is tried when the configuration allows one;
+- and time passing (admissions due meanwhile land at the last moment, the worst case for a fence).
+
+A scope's model adds its workloads (deleted and created again under the same names), its pods (names reused by
+new incarnations), its planner and its own invariants.
+
+The invariants checked after every step, for every scope:
+
+- `no_domain_starts_deleting_under_a_pod`: when a domain's deletion begins, no non-terminal pod holds its claim or
+  records it;
+- `no_pod_references_a_domain_being_deleted`: no non-terminal pod holds the claim of, or records, a domain whose
+  deletion has begun (a pod may wait, gated, for a later domain of a name whose earlier domain is gone);
+- `no_enrolled_pod_runs_without_its_claim`: every non-terminal pod made from a template the scope stamped (its
+  workload, or its revision, opted in) is gated, or holds the channel claim in every GPU container. This also
+  covers "every pod of a live opted-in workload that the scope enrolls holds its claim or is gated": those pods
+  are made from stamped templates;
+- `plain_workloads_are_never_refused`: a workload that did not opt in is never refused or changed by a webhook;
+- `a_foreign_look_alike_is_never_written`;
+- `nothing_is_written_by_a_replica_that_does_not_lead`: every write that reaches the API server was sent while
+  its sender held the Lease (`may_write` is checked before sending); one that lands after its sender lost the
+  Lease must be pinned to what it was decided on (`memory_api.Landed.pinned`: create-if-absent, a DELETE with
+  uid and resourceVersion, a JSON patch testing the uid and, on a domain, the resourceVersion), so it fails on
+  anything changed since. Whether such a late write is harmless is left to the other invariants, which see it
+  land. Events are not counted as writes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import dataclasses
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 import jsonpatch
 import kopf
+import pydantic
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis import target
+from hypothesis.control import currently_in_test_context
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mnnvl_api import keys, names
-from mnnvl_api.decisions import injection
-from mnnvl_runtime import domains, stores
+from mnnvl_api import keys, models, names
+from mnnvl_api.decisions import injection, references
+from mnnvl_runtime import domains, kube, stores
+from mnnvl_runtime.stores import Mirror, NamespacedName
 
 from . import memory_api
-from .memory_api import MemoryApi, Object
+from .memory_api import MemoryApi, MemoryClient, Object
 
 NS = "serving"
-FENCE = 10.0
-#: Longest time from the webhook's reads to the pod being persisted; must be below the fence.
-MAX_ADMISSION = 3.0
+#: The longest a pod's creation can take from our webhook's reads to the pod being persisted: the API server's
+#: request timeout, which bounds every admission chain (later webhooks up to their own timeouts included).
+ADMISSION_BOUND = 60.0
+#: Fences tried, of those the product's `Configuration` accepts (and its default).
+FENCES = (0.0, 10.0, 30.0, 90.0)
+REPLICAS = ("a", "b")
 GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+#: What a pass may raise that the work queue retries: API errors, a write refused after a hand-over, a cancel.
+RETRIED = (kube.ApiError, domains.NotLeadingError, asyncio.CancelledError)
+
+
+def accepted_fences() -> list[float]:
+    """The fences of `FENCES` (and the default) that a `Configuration` file may set."""
+    found = {models.Configuration().compute_domain.deletion_fence_seconds}
+    for seconds in FENCES:
+        try:
+            settings = models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": seconds}})
+        except pydantic.ValidationError:
+            continue
+        found.add(settings.compute_domain.deletion_fence_seconds)
+    return sorted(found)
+
+
+def new_writer(
+    client: kube.Api,
+    *,
+    component: str,
+    scope: str,
+    fence: float,
+    clock: Callable[[], float],
+    may_write: Callable[[], bool],
+) -> domains.DomainWriter:
+    """The one place the model builds a domain writer (as `mnnvl_runtime.reconciling` does)."""
+    return domains.DomainWriter(
+        client, component=component, scope=scope, fence_seconds=fence, clock=clock, may_write=may_write
+    )
 
 
 class WatchStores(Protocol):
-    """A scope's `state.Stores`, as far as feeding it goes."""
+    """A scope's `state.Stores`, as far as feeding and reading it goes."""
 
     @property
     def mirrors(self) -> list[stores.Mirror[stores.NamespacedName]]: ...
+
+    def workload_keys(self) -> list[stores.NamespacedName]: ...
 
 
 StoresT = TypeVar("StoresT", bound=WatchStores)
 ExecutorT = TypeVar("ExecutorT")
 
 
+@dataclasses.dataclass(kw_only=True)
+class Listing:
+    """A fresh list in flight: the snapshot the API server took at its first page, and how far it was taken."""
+
+    items: list[Object]
+    version: int
+    taken: int = 0
+
+
+@dataclasses.dataclass(kw_only=True)
+class Replica(Generic[StoresT, ExecutorT]):
+    """One process of the controller: what it knows, its writer and executor, its pass in flight."""
+
+    name: str
+    client: MemoryClient
+    stores: StoresT
+    writer: domains.DomainWriter
+    executor: ExecutorT
+    #: Per watched resource (plural): how far in the API's event log its watch stream has read.
+    cursors: dict[str, int]
+    lists: dict[str, Listing] = dataclasses.field(default_factory=dict)
+    passing: asyncio.Task[Any] | None = None
+
+    def mirror(self, plural: str) -> Mirror[NamespacedName]:
+        (found,) = [m for m in self.stores.mirrors if m.resource.plural == plural]
+        return found
+
+
 class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
-    """A scope's subclass creates its workload and `foreign`, then calls `_start_controller`."""
+    """A scope's subclass creates its workloads and `foreign` in `__init__`, then calls `_start_replicas`."""
 
     #: A look-alike: named as we would name a domain and labelled as ours, but created by someone else.
     foreign: Object
@@ -56,57 +155,255 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         component: str,
         scope: str,
         new_stores: Callable[[], StoresT],
-        new_executor: Callable[[domains.DomainWriter], ExecutorT],
+        new_executor: Callable[[domains.DomainWriter, MemoryClient, Callable[[], bool]], ExecutorT],
+        plan: Callable[[StoresT, stores.NamespacedName], Any],
     ) -> None:
         super().__init__()
         self.component = component
         self.scope = scope
         self.new_stores = new_stores
         self.new_executor = new_executor
+        self.plan_for = plan
         self.loop = asyncio.new_event_loop()
         self.api = MemoryApi()
         self.now = 0.0
+        self.fence = models.Configuration().compute_domain.deletion_fence_seconds
         #: Admissions begun and not ended yet: (deadline, the admitted pod).
         self.pending: list[tuple[float, Object]] = []
-        self.webhook_stores, self.webhook_cursor = new_stores(), 0
+        #: Webhook answers to a workload that did not opt in which refused or changed it.
+        self.plain_refusals: list[str] = []
+        self.replicas: dict[str, Replica[StoresT, ExecutorT]] = {}
 
     def teardown(self) -> None:
+        # Guide the search towards runs that get far: domain writes landed, late ones above all, deletions.
+        domain_writes = [write for write in self.api.landed if keys.COMPUTE_DOMAIN_PLURAL in write.what]
+        late = sum(1 for write in domain_writes if not write.leading)
+        if currently_in_test_context():  # scripted scenarios run outside Hypothesis
+            target(float(len(domain_writes) + 5 * late + 5 * len(self.api.teardowns)), label="progress")
+        for replica in self.replicas.values():
+            if replica.passing is not None:
+                replica.passing.cancel()
+        for request in self.api.in_flight:
+            request.answer.cancel()
+        self.settle()
         self.loop.close()
 
-    def _start_controller(self) -> None:
-        """A (re)started controller remembers nothing: its stores see only what happens from now on, until a
-        re-list."""
-        self.stores = self.new_stores()
-        self.cursor = len(self.api.events)
-        writer = domains.DomainWriter(
-            self.api.client(self.component),
+    # --- replicas ----------------------------------------------------------------------------------------
+
+    def _start_replicas(self) -> None:
+        """Both replicas start, replica a leading; their watches start from the beginning."""
+        for name in REPLICAS:
+            self._start(name, watch_from=0)
+        self.api.leader = REPLICAS[0]
+
+    def _start(self, name: str, *, watch_from: int) -> None:
+        """A (re)started process remembers nothing; its watches read from `watch_from` on."""
+        client = self.api.client(self.component, sender=name)
+
+        def may_write() -> bool:
+            return self.api.leader == name
+
+        writer = new_writer(
+            client,
             component=self.component,
             scope=self.scope,
-            fence_seconds=FENCE,
+            fence=self.fence,
             clock=lambda: self.now,
+            may_write=may_write,
         )
-        self.executor = self.new_executor(writer)
-
-    def _put_foreign_look_alike(self, name: str, labels: dict[str, str]) -> Object:
-        return self.api.put(
-            keys.COMPUTE_DOMAIN_PLURAL,
-            {
-                "metadata": {"name": name, "namespace": NS, "labels": labels},
-                "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
-            },
-            manager="kubectl",
+        found = self.new_stores()
+        self.replicas[name] = Replica(
+            name=name,
+            client=client,
+            stores=found,
+            writer=writer,
+            executor=self.new_executor(writer, client, may_write),
+            cursors={mirror.resource.plural: watch_from for mirror in found.mirrors},
         )
 
-    def _deliver(self, watcher: StoresT, cursor: int, count: int) -> int:
-        """Feeds `watcher` the next `count` watch events after `cursor`; returns the new cursor."""
-        mirrors = {mirror.resource.plural: mirror for mirror in watcher.mirrors}
-        for plural, kind, body in self.api.events[cursor : cursor + count]:
-            mirror = mirrors.get(plural)
-            if mirror is not None:
-                mirror.observe(body, deleted=kind == "DELETED")
-        return min(cursor + count, len(self.api.events))
+    def on_lease_change(self, replica: Replica[StoresT, ExecutorT], leading: bool) -> None:
+        """What the process's elector tells its components (`LeaderElector.on_change`); a scope adds its own.
 
-    # --- pods: admission begun, then persisted or abandoned ----------------------------------------------
+        Today's domain writer listens to nothing (hole 1 of issue 19: it keeps first sights of marks across Lease
+        terms); a writer that forgets them on a Lease change is to be told here, the one place of the model."""
+
+    @initialize(fence=st.sampled_from(accepted_fences()))
+    def configured(self, fence: float) -> None:
+        """The deletion fence of this run's `Configuration`."""
+        self.fence = fence
+        for replica in self.replicas.values():
+            replica.writer.fence_seconds = fence
+
+    def _replica(self, index: int) -> Replica[StoresT, ExecutorT]:
+        return self.replicas[REPLICAS[index]]
+
+    @rule(
+        to=st.sampled_from((*REPLICAS, None)),
+        deposed=st.sampled_from(("cancelled at once", "cancelled at its next write", "restarted")),
+    )
+    def lease_moves(self, to: str | None, deposed: str) -> None:
+        """The Lease passes to `to` (None: it expires, nobody holds it yet). The deposed leader's pass is cancelled
+        at once, or goes on until its next write is refused (`may_write`), or its process is killed and started
+        again with nothing remembered; whatever it has in flight may still land."""
+        leader = self.api.leader
+        if to == leader:
+            return
+        self.api.leader = to
+        if leader is not None:
+            replica = self.replicas[leader]
+            if deposed != "cancelled at its next write" and replica.passing is not None:
+                replica.passing.cancel()
+            self.on_lease_change(replica, False)
+            self.settle()
+            if deposed == "restarted":
+                self.restart(leader)
+        if to is not None:
+            self.on_lease_change(self.replicas[to], True)
+        self.settle()
+
+    def restart(self, name: str) -> None:
+        """A (re)started process remembers nothing: its watches start now, and its initial lists begin."""
+        self._start(name, watch_from=len(self.api.events))
+        replica = self.replicas[name]
+        for mirror in replica.stores.mirrors:
+            self.resync_page(replica, mirror)
+
+    def _may_reconcile(self) -> bool:
+        leader = self.replicas.get(self.api.leader or "")
+        return leader is not None and leader.passing is None and bool(leader.stores.workload_keys())
+
+    @precondition(lambda self: self._may_reconcile())
+    @rule(data=st.data())
+    def leader_reconciles(self, data: st.DataObject) -> None:
+        """The Lease holder starts a pass over one workload its stores know, synced or not: the writer's fresh
+        reads must keep it safe even where the cache-sync barrier would have waited."""
+        assert self.api.leader is not None
+        replica = self.replicas[self.api.leader]
+        key = data.draw(st.sampled_from(replica.stores.workload_keys()))
+        snapshot, plan = self.plan_for(replica.stores, key)
+        replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
+        self.settle()
+
+    def settle(self) -> None:
+        """Let every task run until it waits for a request in flight, then collect the passes that ended."""
+
+        async def turns() -> None:
+            for _ in range(50):
+                await asyncio.sleep(0)
+
+        self.loop.run_until_complete(turns())
+        for replica in self.replicas.values():
+            if replica.passing is not None and replica.passing.done():
+                if not replica.passing.cancelled() and replica.passing.exception() is not None:
+                    error = replica.passing.exception()
+                    if not isinstance(error, RETRIED):
+                        raise error  # type: ignore[misc]
+                replica.passing = None
+
+    # --- requests in flight ------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.api.in_flight)
+    @rule(data=st.data(), outcome=st.sampled_from(("answered", "unanswered", "lands later", "lost")))
+    def request_ends(self, data: st.DataObject, outcome: str) -> None:
+        """A write in flight lands now, its sender hearing the answer or seeing a timeout; or its sender times
+        out while the request lands at a later step, or never."""
+        request = data.draw(st.sampled_from(self.api.in_flight))
+        if outcome in ("answered", "unanswered"):
+            self.api.land(request, answered=outcome == "answered")
+        else:
+            if not request.answer.done():
+                request.answer.set_exception(memory_api.timed_out())
+            if outcome == "lost":
+                self.api.in_flight.remove(request)
+        self.settle()
+
+    def land_everything(self) -> None:
+        """For scripted scenarios: every request lands, answered, until nothing is in flight."""
+        while self.api.in_flight:
+            self.api.land(self.api.in_flight[0], answered=True)
+            self.settle()
+
+    # --- watch streams and fresh lists -------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def watches(self, data: st.DataObject) -> None:
+        """Each watch stream of each replica, at its own lag: waits; delivers one event or all it has not delivered
+        yet; drops events (a 410: it resumes from a later point, the events in between are lost, and kopf may
+        deliver the objects that exist now, never the deletions it missed); or its resource's periodic resync
+        (`stores.StoreSync`) takes a page: the first page starts a fresh list (a snapshot of now), each later
+        one takes the next page, the last one drops what the list no longer has."""
+        for replica, mirror in [(r, m) for r in self.replicas.values() for m in r.stores.mirrors]:
+            action = data.draw(st.sampled_from(("waits", "delivers one", "delivers all", "drops", "resyncs")))
+            if action == "delivers one":
+                self.deliver(replica, mirror, 1)
+            elif action == "delivers all":
+                self.deliver(replica, mirror, 1000)
+            elif action == "drops":
+                self.drop(replica, mirror, data.draw(st.integers(0, 1000)), redelivered=data.draw(st.booleans()))
+            elif action == "resyncs":
+                self.resync_page(replica, mirror)
+
+    def _events_for(self, mirror: stores.Mirror[Any], start: int) -> Iterable[tuple[int, str, Object]]:
+        for position in range(start, len(self.api.events)):
+            plural, kind, body = self.api.events[position]
+            if plural == mirror.resource.plural and memory_api.selects(
+                mirror.resource.label_selector, body["metadata"].get("labels") or {}
+            ):
+                yield position, kind, body
+
+    def deliver(self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any], count: int) -> None:
+        plural = mirror.resource.plural
+        for delivered, (position, kind, body) in enumerate(self._events_for(mirror, replica.cursors[plural])):
+            if delivered == count:
+                replica.cursors[plural] = position
+                return
+            mirror.observe(body, deleted=kind == "DELETED")
+        replica.cursors[plural] = len(self.api.events)
+
+    def drop(
+        self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any], lost: int, *, redelivered: bool
+    ) -> None:
+        """The stream loses up to `lost` of its events (all of them at most)."""
+        plural = mirror.resource.plural
+        skipped = [position for position, _, _ in self._events_for(mirror, replica.cursors[plural])][:lost]
+        if skipped:
+            replica.cursors[plural] = skipped[-1] + 1
+        if redelivered:
+            for body in self.api.all(plural, mirror.resource.label_selector):
+                mirror.observe(body, deleted=False)
+
+    def resync_page(self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any]) -> None:
+        plural = mirror.resource.plural
+        listing = replica.lists.get(plural)
+        if listing is None:
+            mirror.begin_list()
+            listing = replica.lists[plural] = Listing(
+                items=self.api.all(plural, mirror.resource.label_selector), version=self.api.resource_version
+            )
+        mirror.take_page(listing.items[listing.taken : listing.taken + memory_api.PAGE_SIZE])
+        listing.taken += memory_api.PAGE_SIZE
+        if listing.taken >= len(listing.items):
+            mirror.finish_list(str(listing.version))
+            del replica.lists[plural]
+
+    def catch_up(self, name: str) -> None:
+        """For scripted scenarios: every watch stream of replica `name` delivers everything."""
+        replica = self.replicas[name]
+        for mirror in replica.stores.mirrors:
+            self.deliver(replica, mirror, 1000)
+
+    def reconcile_fully(self, name: str) -> None:
+        """For scripted scenarios: replica `name`, leading, reconciles every workload it knows, every write
+        landing answered."""
+        replica = self.replicas[name]
+        assert self.api.leader == name
+        for key in replica.stores.workload_keys():
+            snapshot, plan = self.plan_for(replica.stores, key)
+            replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
+            self.settle()
+            self.land_everything()
+
+    # --- admission: begun by either replica's webhook, persisted (or abandoned) later --------------------
 
     def _pod(self, name: str) -> Object | None:
         return self.api.get("pods", NS, name)
@@ -121,17 +418,13 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
     def _is_pending(self, name: str) -> bool:
         return any(p["metadata"]["name"] == name for _, p in self.pending)
 
-    def _admit(self, body: Object, admitting: Coroutine[Any, Any, injection.PodAdmission]) -> None:
-        """Runs the webhook's decision on `body`; an admitted pod is persisted later, by its deadline at most."""
+    def _admit(self, body: Object, admitting: Coroutine[Any, Any, injection.PodAdmission], *, latency: float) -> None:
+        """Runs the webhook's decision on `body` now; an admitted pod is persisted later, `latency` at most."""
         try:
             admitted = self.loop.run_until_complete(admitting)
         except kopf.AdmissionError:
             return  # refused or deferred: the creator tries again later
-        self.pending.append((self.now + MAX_ADMISSION, jsonpatch.apply_patch(body, admitted.patch)))
-
-    def _take_pending(self, data: st.DataObject) -> Object:
-        _, body = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
-        return body
+        self.pending.append((self.now + latency, jsonpatch.apply_patch(body, admitted.patch)))
 
     def _persist(self, body: Object) -> Object | None:
         """The API server creates the admitted pod; returns it, or None when the name is taken (the create is
@@ -140,56 +433,85 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             return None
         return self.api.put("pods", body, manager="kube-controller-manager")
 
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data(), lands=st.booleans())
+    def admission_ends(self, data: st.DataObject, lands: bool) -> None:
+        """A begun admission ends before its deadline: the pod is persisted, or the request was abandoned."""
+        entry = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
+        if lands:
+            self._persist(entry[1])
+
     def persist_named(self, name: str) -> None:
         """For scripted scenarios: persist the pending admission of pod `name`."""
         (entry,) = [p for p in self.pending if p[1]["metadata"]["name"] == name]
         self.pending.remove(entry)
         self._persist(entry[1])
 
-    @rule(seconds=st.sampled_from((0.5, 2.0, 5.0, 12.0)))
+    @rule(seconds=st.sampled_from((1.0, 10.0, 35.0, 65.0, 95.0)))
     def time_passes(self, seconds: float) -> None:
         """Admissions due meanwhile end first: at the last moment, the worst case for a fence."""
         self.now += seconds
-        for due in [p for p in self.pending if p[0] <= self.now]:
+        for due in sorted((p for p in self.pending if p[0] <= self.now), key=lambda p: p[0]):
             self.pending.remove(due)
             self._persist(due[1])
 
-    # --- the controller and a second replica's webhook, each behind the API by its own lag ----------------
-    # A scope makes the catching up rules with its own lags.
-
-    def controller_watch_catches_up(self, count: int) -> None:
-        self.cursor = self._deliver(self.stores, self.cursor, count)
-
-    def webhook_watch_catches_up(self, count: int) -> None:
-        self.webhook_cursor = self._deliver(self.webhook_stores, self.webhook_cursor, count)
-
-    @rule()
-    def controller_relists(self) -> None:
-        """Every mirror takes a fresh list, in pages (so that lists cross page boundaries), and drops what the
-        list no longer has."""
-        version = str(max(int(b["metadata"]["resourceVersion"]) for _, _, b in self.api.events))
-        for mirror in self.stores.mirrors:
-            mirror.begin_list()
-            listed = self.api.all(mirror.resource.plural)
-            for start in range(0, len(listed), memory_api.PAGE_SIZE):
-                mirror.take_page(listed[start : start + memory_api.PAGE_SIZE])
-            mirror.finish_list(version)
-
-    @rule()
-    def controller_restarts(self) -> None:
-        self._start_controller()
+    def note_plain_answer(self, what: str, *, refused: bool, patch: list[Any]) -> None:
+        """A webhook answered a workload that did not opt in: it must admit it unchanged."""
+        if refused or patch:
+            self.plain_refusals.append(f"{what}: {'refused' if refused else patch}")
 
     # --- what must hold after every step, whatever the scope ---------------------------------------------
 
+    def enrolled(self, pod: Object) -> bool:
+        """Made from a template this scope stamped: its workload or revision opted in."""
+        return (pod["metadata"].get("labels") or {}).get(keys.SCOPE_LABEL) == self.scope
+
     @invariant()
-    def no_domain_is_torn_down_under_a_pod(self) -> None:
+    def no_domain_starts_deleting_under_a_pod(self) -> None:
         assert [t for t in self.api.teardowns if t.users] == []
+
+    @invariant()
+    def no_pod_references_a_domain_being_deleted(self) -> None:
+        for pod in self.api.all("pods"):
+            if not references.is_non_terminal(pod):
+                continue
+            recorded = references.recorded_domain(pod)
+            for domain in self.api.all(keys.COMPUTE_DOMAIN_PLURAL):
+                name = domain["metadata"]["name"]
+                used = recorded == name or names.claim_template_name(name) in references.referenced_claim_templates(pod)
+                assert not (used and domain["metadata"].get("deletionTimestamp")), (
+                    f"{pod['metadata']['name']} uses {name}, which is being deleted"
+                )
+
+    @invariant()
+    def no_enrolled_pod_runs_without_its_claim(self) -> None:
+        for pod in self.api.all("pods"):
+            spec = pod["spec"]
+            if not self.enrolled(pod) or not references.is_non_terminal(pod) or injection.is_gated(spec):
+                continue
+            claimed = any(c.get("name") == keys.CHANNEL_CLAIM_NAME for c in spec.get("resourceClaims") or ())
+            for container in spec["containers"]:
+                if injection.requests_gpu(container):
+                    holds = {c.get("name") for c in (container.get("resources") or {}).get("claims") or ()}
+                    where = f"{pod['metadata']['name']} runs without its claim in container {container['name']}"
+                    assert claimed, where
+                    assert keys.CHANNEL_CLAIM_NAME in holds, where
+
+    @invariant()
+    def plain_workloads_are_never_refused(self) -> None:
+        assert self.plain_refusals == []
 
     @invariant()
     def a_foreign_look_alike_is_never_written(self) -> None:
         found = self.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, self.foreign["metadata"]["name"])
         assert found is not None
         assert found["metadata"]["resourceVersion"] == self.foreign["metadata"]["resourceVersion"]
+
+    @invariant()
+    def nothing_is_written_by_a_replica_that_does_not_lead(self) -> None:
+        for write in self.api.landed:
+            assert write.sent_leading, f"{write.sender} sent {write.what} while not leading"
+            assert write.leading or write.pinned, f"{write.sender}'s late {write.what} is not pinned to a version"
 
     # --- for scripted scenarios --------------------------------------------------------------------------
 
@@ -198,3 +520,26 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         found = self.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
         assert found is not None, f"{domain} is gone"
         return keys.CONDEMNED_ANNOTATION in found["metadata"]["annotations"]
+
+    def check(self) -> None:
+        """Every invariant, for scripted scenarios."""
+        self.no_domain_starts_deleting_under_a_pod()
+        self.no_pod_references_a_domain_being_deleted()
+        self.no_enrolled_pod_runs_without_its_claim()
+        self.plain_workloads_are_never_refused()
+        self.a_foreign_look_alike_is_never_written()
+        self.nothing_is_written_by_a_replica_that_does_not_lead()
+        self.check_scope()
+
+    def check_scope(self) -> None:
+        """The scope's own invariants, for scripted scenarios."""
+
+    def put_foreign_look_alike(self, name: str, labels: dict[str, str]) -> Object:
+        return self.api.put(
+            keys.COMPUTE_DOMAIN_PLURAL,
+            {
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
+            },
+            manager="kubectl",
+        )

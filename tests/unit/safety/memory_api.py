@@ -2,17 +2,24 @@
 
 It keeps what the safety argument relies on and nothing more: resourceVersions that change on every write,
 JSON-patch `test` failures as 422, DELETE preconditions as 409, finalizers holding a deleted object, field
-managers recorded in `managedFields` at creation, and a log of watch events for stores to lag behind. The
-NVIDIA driver is simulated as the real one behaves: a domain's claim template exists from its creation, and
-teardown starts as soon as the domain is marked for deletion, so any pod still using it then is recorded.
+managers recorded in `managedFields` at creation, label selectors, and a log of watch events that every watch
+stream reads at its own pace. The NVIDIA driver is simulated as the real one behaves: a domain's claim template
+exists from its creation, and teardown starts as soon as the domain is marked for deletion, so any pod still
+using it then is recorded.
+
+A controller's writes do not land when they are sent: each becomes a `Request` in flight, and the harness decides
+when (if ever) it reaches the API server and whether its sender hears the answer. This is what a Lease cannot
+prevent: `may_write` is checked before a request is sent, and a request sent just before a hand-over can land
+after it. Reads are answered at once, from the state at the time of the read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonpatch
@@ -34,19 +41,64 @@ class Teardown:
     users: tuple[str, ...]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Landed:
+    """A controller's write that reached the API server (whether it succeeded or not)."""
+
+    sender: str
+    what: str
+    #: The sender led when it sent the request, and when the request landed.
+    sent_leading: bool
+    leading: bool
+    #: The request can only take effect on the object incarnation (and, for a ComputeDomain, the exact version)
+    #: it was decided on: create-if-absent; DELETE with uid and resourceVersion; a JSON patch testing the uid and,
+    #: on a ComputeDomain, the resourceVersion.
+    pinned: bool
+
+
+@dataclasses.dataclass(kw_only=True)
+class Request:
+    """A write sent and not landed yet; `answer` is what its sender awaits (done once it heard back)."""
+
+    sender: str
+    what: str
+    sent_leading: bool
+    pinned: bool
+    apply: Callable[[], Any]
+    answer: asyncio.Future[Any]
+
+
+def selects(selector: str | None, labels: Mapping[str, str]) -> bool:
+    """Whether a label selector of the forms the controllers use (`key`, `key=value`, comma-joined) matches."""
+    for term in (selector or "").split(","):
+        key, is_equal, value = term.partition("=")
+        if key and (key not in labels or (is_equal and labels[key] != value)):
+            return False
+    return True
+
+
 class MemoryApi:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Object] = {}  # (plural, namespace, name) → object
         self.events: list[tuple[str, str, Object]] = []  # (plural, type, object) in write order
         self.teardowns: list[Teardown] = []
         self.deleted_domains: set[str] = set()
-        self._versions = itertools.count(1)
+        self.in_flight: list[Request] = []
+        self.landed: list[Landed] = []
+        #: The replica holding the controller's Lease (None: nobody).
+        self.leader: str | None = None
+        self.resource_version = 0
         self._uids = itertools.count(1)
 
-    def client(self, field_manager: str) -> MemoryClient:
-        return MemoryClient(self, field_manager)
+    def client(self, field_manager: str, *, sender: str = "") -> MemoryClient:
+        """A client writing as `field_manager`; with a `sender`, its writes are requests in flight."""
+        return MemoryClient(self, field_manager, sender=sender)
 
     # --- state changes ---------------------------------------------------------------------------------
+
+    def _next_version(self) -> str:
+        self.resource_version += 1
+        return str(self.resource_version)
 
     def _record(self, plural: str, kind: str, body: Object) -> None:
         self.events.append((plural, kind, copy.deepcopy(body)))
@@ -58,7 +110,7 @@ class MemoryApi:
             raise kube.ApiError(status=409, reason="AlreadyExists")
         meta["uid"] = f"uid-{next(self._uids)}"
         meta["creationTimestamp"] = "2026-11-30T00:00:00Z"
-        meta["resourceVersion"] = str(next(self._versions))
+        meta["resourceVersion"] = self._next_version()
         meta["managedFields"] = [
             {
                 "manager": manager,
@@ -81,7 +133,7 @@ class MemoryApi:
         body = self.objects[(plural, namespace, name)]
         was_deleting = bool(body["metadata"].get("deletionTimestamp"))
         change(body)
-        body["metadata"]["resourceVersion"] = str(next(self._versions))
+        body["metadata"]["resourceVersion"] = self._next_version()
         if body["metadata"].get("deletionTimestamp") and not body["metadata"].get("finalizers"):
             self._remove(plural, namespace, name)
         else:
@@ -125,8 +177,44 @@ class MemoryApi:
         found = self.objects.get((plural, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def all(self, plural: str) -> list[Object]:
-        return [copy.deepcopy(body) for (p, _, _), body in self.objects.items() if p == plural]
+    def all(self, plural: str, selector: str | None = None) -> list[Object]:
+        return [
+            copy.deepcopy(body)
+            for (p, _, _), body in self.objects.items()
+            if p == plural and selects(selector, body["metadata"].get("labels") or {})
+        ]
+
+    # --- requests in flight ----------------------------------------------------------------------------
+
+    def land(self, request: Request, *, answered: bool) -> None:
+        """`request` reaches the API server now; its sender hears the answer if `answered` and still waiting
+        (else it sees a timeout, while the write took effect)."""
+        self.in_flight.remove(request)
+        self.landed.append(
+            Landed(
+                sender=request.sender,
+                what=request.what,
+                sent_leading=request.sent_leading,
+                leading=self.leader == request.sender,
+                pinned=request.pinned,
+            )
+        )
+        try:
+            result, error = request.apply(), None
+        except kube.ApiError as failed:
+            result, error = None, failed
+        if request.answer.done():
+            return
+        if not answered:
+            request.answer.set_exception(timed_out())
+        elif error is not None:
+            request.answer.set_exception(error)
+        else:
+            request.answer.set_result(result)
+
+
+def timed_out() -> kube.ApiError:
+    return kube.ApiError(status=504, reason="Timeout")
 
 
 def _parse(path: str) -> tuple[str, str, str | None]:
@@ -136,13 +224,34 @@ def _parse(path: str) -> tuple[str, str, str | None]:
     return parts[index + 2], parts[index + 1], parts[index + 3] if len(parts) > index + 3 else None
 
 
-class MemoryClient:
-    """`kube.Api` over a `MemoryApi`, writing as one field manager."""
+def _tests(patch: list[Any]) -> set[str]:
+    return {op["path"] for op in patch if op.get("op") == "test"}
 
-    def __init__(self, api: MemoryApi, field_manager: str) -> None:
+
+class MemoryClient:
+    """`kube.Api` over a `MemoryApi`, writing as one field manager; a sender's writes are requests in flight."""
+
+    def __init__(self, api: MemoryApi, field_manager: str, *, sender: str) -> None:
         self.api = api
         self.field_manager = field_manager
+        self.sender = sender
         self.snapshots: list[list[Object]] = []  # the lists in flight, by continue token
+
+    async def _send(self, what: str, apply: Callable[[], Any], *, pinned: bool) -> Any:
+        if not self.sender:
+            return apply()
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.api.in_flight.append(
+            Request(
+                sender=self.sender,
+                what=what,
+                sent_leading=self.api.leader == self.sender,
+                pinned=pinned,
+                apply=apply,
+                answer=answer,
+            )
+        )
+        return await answer
 
     async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:
         return {}  # Events: nothing to keep
@@ -162,7 +271,7 @@ class MemoryClient:
         """Pages of PAGE_SIZE objects, all from the snapshot the first page took (as the API server's are)."""
         if after is None:
             after = str(len(self.snapshots))
-            listed = self.api.all(plural)
+            listed = self.api.all(plural, label_selector)
             self.snapshots.append(
                 [b for b in listed if namespace is None or b["metadata"].get("namespace") == namespace]
             )
@@ -173,40 +282,54 @@ class MemoryClient:
         return kube.Page(items=items, resource_version="", next=f"{index}:{offset + PAGE_SIZE}" if more else None)
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
-        return self.api.put(plural, copy.deepcopy(manifest), manager=self.field_manager)
+        body = copy.deepcopy(manifest)
+        what = f"create {plural}/{body['metadata']['name']}"
+        created: Object = await self._send(
+            what, lambda: self.api.put(plural, body, manager=self.field_manager), pinned=True
+        )
+        return created
 
     async def apatch(self, path: str, patch: object, *, content_type: str = kube.MERGE_PATCH) -> Object:
         assert content_type == kube.JSON_PATCH
         assert isinstance(patch, list)  # a JSON patch is a list of operations
         plural, namespace, name = _parse(path)
         assert name is not None
-        if self.api.get(plural, namespace, name) is None:
-            raise kube.ApiError(status=404, reason="NotFound")
+        tested = _tests(patch)
+        pinned = "/metadata/uid" in tested and (plural != CD or "/metadata/resourceVersion" in tested)
 
-        def change(body: Object) -> None:
+        def apply() -> Object:
+            current = self.api.get(plural, namespace, name)
+            if current is None:
+                raise kube.ApiError(status=404, reason="NotFound")
             try:
-                patched = jsonpatch.apply_patch(body, patch)
+                patched = jsonpatch.apply_patch(current, patch)  # validate first: a failed patch changes nothing
             except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as error:
                 raise kube.ApiError(status=422, reason="Invalid") from error
-            body.clear()
-            body.update(patched)
 
-        current = self.api.get(plural, namespace, name)
-        assert current is not None
-        change(current)  # validate first: a failed patch changes nothing
-        return self.api.update(plural, namespace, name, change)
+            def change(body: Object) -> None:
+                body.clear()
+                body.update(copy.deepcopy(patched))
+
+            return self.api.update(plural, namespace, name, change)
+
+        patched: Object = await self._send(f"patch {plural}/{name}", apply, pinned=pinned)
+        return patched
 
     async def adelete(self, path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool:
         plural, namespace, name = _parse(path)
         assert name is not None
-        current = self.api.get(plural, namespace, name)
-        if current is None:
-            return False
-        meta = current["metadata"]
-        if (uid and meta["uid"] != uid) or (resource_version and meta["resourceVersion"] != resource_version):
-            raise kube.ApiError(status=409, reason="Conflict")
-        self.api.delete(plural, namespace, name)
-        return True
+
+        def apply() -> bool:
+            current = self.api.get(plural, namespace, name)
+            if current is None:
+                return False
+            meta = current["metadata"]
+            if (uid and meta["uid"] != uid) or (resource_version and meta["resourceVersion"] != resource_version):
+                raise kube.ApiError(status=409, reason="Conflict")
+            self.api.delete(plural, namespace, name)
+            return True
+
+        return bool(await self._send(f"delete {plural}/{name}", apply, pinned=bool(uid) and bool(resource_version)))
 
     async def amodify(self, path: str, change: Callable[[Object], kube.JsonPatch | None]) -> Object | None:
         plural, namespace, name = _parse(path)

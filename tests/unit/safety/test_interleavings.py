@@ -1,16 +1,22 @@
-"""Safety of the whole replica-scope protocol over arbitrary interleavings of admission and reconciliation.
+"""Safety of the whole replica-scope protocol (mnnvl-lws) over adversarial interleavings (`harness`).
 
-The real pod webhook decision (`admission.admit_pod`), stores, planner and executor (with the shared domain
-writer) run against an in-memory API server. Hypothesis interleaves: leaders and workers whose admission is
-begun and persisted as separate steps (a pod may be persisted any time until its admission deadline, which is
-shorter than the deletion fence), group restarts and evictions, stores that lag behind the API (the
-controller's and a second replica's, each fed events at its own pace), re-lists, controller restarts that lose
-all memory, and time passing. After every step:
+The real webhooks (`decisions.template_patch` and `decisions.lws_errors` for every LeaderWorkerSet write,
+`admission.admit_pod` for every stamped pod), stores, planner and executor, with the shared domain writer, run in
+two replicas against an in-memory API server. Besides what `harness` interleaves, this model has, as upstream LWS
+and Kubernetes make them:
 
-- no ComputeDomain is torn down while a non-terminal pod holds its claim or records it;
-- no pod is ever bound to a domain whose deletion has begun;
-- no worker of the current leader incarnation is bound to another domain than its leader's;
-- a foreign domain carrying our labels is never written.
+- the LeaderWorkerSet `dsr1`, opted in, whose opt-in is removed and given again (each a new template revision,
+  stamped or not by the real webhook); every group keeps the revision it was made from until the rollout reaches
+  it, and a group restarted before that is made again from its old template; `dsr1` deleted and created again
+  under the same name (a new uid); a plain LeaderWorkerSet whose writes must never be refused or changed;
+- leaders (GPU or CPU only) and workers whose admission is begun and persisted as separate steps, under names
+  every new incarnation reuses; leaders failing, pods deleted, groups restarted;
+- StatefulSets replaced in steps, not at once: a persisted leader gets its worker StatefulSet only at a later
+  step, and the garbage collector removes a StatefulSet whose leader incarnation is gone, and pods whose owner is
+  gone, one object per step.
+
+After every step, besides the invariants of every scope: every worker holds, or records, nothing but the domain
+its own leader incarnation (the one its StatefulSet names) recorded: a group never spans two domains.
 """
 
 from __future__ import annotations
@@ -19,37 +25,48 @@ import copy
 import itertools
 from typing import Any
 
-from hypothesis import settings
+import jsonpatch
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import references
-from mnnvl_lws import admission, executor, planner, state
+from mnnvl_api.decisions import opt_in, references
+from mnnvl_lws import admission, decisions, executor, planner, state
 
-from .harness import GPU, NS, ScopeMachine
+from . import settings
+from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences
 from .memory_api import Object
 
 LWS = "dsr1"
+PLAIN = "plain"
 GROUPS = (0, 1)
-WORKERS = (1, 2)
 CPU = {"name": "proxy", "image": "proxy"}
+ENV = opt_in.Environment(gate_enabled=True, api_served=True)
+LATENCIES = (1.0, ADMISSION_BOUND)
 
 
-def pod_body(name: str, *, leader: str | None, gpu: bool, owner: dict[str, Any] | None = None) -> Object:
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": NS,
-        "labels": {keys.LWS_NAME_LABEL: LWS, keys.SCOPE_LABEL: keys.SCOPE_REPLICA},
-        "annotations": {keys.LWS_LEADER_NAME_ANNOTATION: leader} if leader else {},
-    }
-    if owner is not None:
-        meta["ownerReferences"] = [owner]
+def lws_body(name: str, *, opted_in: bool) -> Object:
+    template: Object = {"metadata": {}, "spec": {"containers": [copy.deepcopy(GPU)]}}
     return {
-        "metadata": meta,
-        "spec": {"containers": [copy.deepcopy(GPU if gpu else CPU)]},
-        "status": {"phase": "Pending"},
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"} if opted_in else {},
+        },
+        "spec": {
+            "replicas": len(GROUPS),
+            "leaderWorkerTemplate": {"leaderTemplate": template, "workerTemplate": copy.deepcopy(template)},
+        },
     }
+
+
+def controller(meta: Object) -> dict[str, Any] | None:
+    return next(iter(meta.get("ownerReferences") or ()), None)
+
+
+def plan_of(stores: state.Stores, key: tuple[str, str]) -> tuple[planner.Snapshot, Any]:
+    snapshot = stores.snapshot(*key, gate_enabled=True)
+    return snapshot, planner.plan(snapshot)
 
 
 class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
@@ -58,148 +75,273 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
             component=keys.LWS_CONTROLLER,
             scope=keys.SCOPE_REPLICA,
             new_stores=state.Stores,
-            new_executor=executor.Executor,
+            new_executor=lambda writer, client, may_write: executor.Executor(writer),
+            plan=plan_of,
         )
         self.tokens = (
             "".join(t)
             for t in itertools.product(names.INCARNATION_TOKEN_ALPHABET, repeat=names.INCARNATION_TOKEN_LENGTH)
         )
-        lws = self.api.put(
-            "leaderworkersets",
-            {
-                "metadata": {
-                    "name": LWS,
-                    "namespace": NS,
-                    "annotations": {keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"},
-                }
-            },
-            manager="kubectl",
-        )
+        #: Per group: the leaderWorkerTemplate its pods are made from (the revision the rollout left it at).
+        self.group_templates: dict[int, Object] = {}
+        #: Every leader incarnation (uid) persisted → the domain it recorded; every StatefulSet (uid) → its leader.
+        self.leader_domains: dict[str, str | None] = {}
+        #: The leaderWorkerTemplate each leader (by name while being admitted, then by uid) and each StatefulSet
+        #: (by uid) was made from: a worker is made from its StatefulSet's.
+        self.made_from: dict[str, Object] = {}
+        self.statefulset_leaders: dict[str, str] = {}
+        lws = self.write_lws(lws_body(LWS, opted_in=True))
+        assert lws is not None
         workload = planner.Workload(namespace=NS, name=LWS, uid=lws["metadata"]["uid"])
-        self.foreign = self._put_foreign_look_alike(
+        self.foreign = self.put_foreign_look_alike(
             names.replica_domain_name(LWS, 0, "zzzzz"), planner.domain_labels(workload, 0)
         )
-        self._start_controller()
+        self._start_replicas()
+
+    # --- LeaderWorkerSets, through the real LeaderWorkerSet webhooks ---------------------------------------
+
+    def write_lws(self, body: Object) -> Object | None:
+        """Create or update a LeaderWorkerSet as the API server does: mutating webhook, validating webhook, then
+        stored. Returns the stored object, or None when refused."""
+        name = body["metadata"]["name"]
+        old = self.api.get(keys.LWS_PLURAL, NS, name)
+        patch = decisions.template_patch(body, ENV)
+        mutated = jsonpatch.apply_patch(body, patch)
+        refused = bool(decisions.lws_errors(mutated, old, ENV))
+        if name == PLAIN:
+            self.note_plain_answer(f"LeaderWorkerSet {name}", refused=refused, patch=patch)
+        if refused:
+            return None
+        if old is None:
+            stored = self.api.put(keys.LWS_PLURAL, mutated, manager="kubectl")
+            if name == LWS:
+                self.group_templates = {g: copy.deepcopy(mutated["spec"]["leaderWorkerTemplate"]) for g in GROUPS}
+            return stored
+
+        def change(current: Object) -> None:
+            current["metadata"]["annotations"] = mutated["metadata"]["annotations"]
+            current["spec"] = mutated["spec"]
+
+        return self.api.update(keys.LWS_PLURAL, NS, name, change)
+
+    @rule(
+        change=st.sampled_from(
+            ("opt-in toggled", "rollout reaches group 0", "rollout reaches group 1", "replaced", "plain one written")
+        )
+    )
+    def lws_changes(self, change: str) -> None:
+        """- the user removes the opt-in of `dsr1`, or gives it again: a new template revision, rolled out group
+          by group (a group the rollout has not reached is made again from its old template);
+        - the rolling update reaches a group: it is made again from the current template;
+        - `dsr1` is deleted (its pods and StatefulSets are left to the garbage collector), or, when gone, created
+          again under its name: a new uid, every group at the new revision;
+        - a LeaderWorkerSet that never opted in is created, changed or deleted."""
+        current = self.api.get(keys.LWS_PLURAL, NS, LWS)
+        if change == "opt-in toggled" and current is not None:
+            annotations = current["metadata"].setdefault("annotations", {})
+            if annotations.pop(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION, None) is None:
+                annotations[keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION] = "enabled"
+            self.write_lws(current)
+        elif change.startswith("rollout reaches") and current is not None:
+            group = int(change[-1])
+            self.group_templates[group] = copy.deepcopy(current["spec"]["leaderWorkerTemplate"])
+            self._delete_pod(f"{LWS}-{group}")
+        elif change == "replaced":
+            if current is None:
+                self.write_lws(lws_body(LWS, opted_in=True))
+            else:
+                self.api.delete(keys.LWS_PLURAL, NS, LWS)
+        elif change == "plain one written":
+            plain = self.api.get(keys.LWS_PLURAL, NS, PLAIN)
+            if plain is not None and plain["spec"]["replicas"] == len(GROUPS):
+                self.api.delete(keys.LWS_PLURAL, NS, PLAIN)
+                return
+            body = plain or lws_body(PLAIN, opted_in=False)
+            body["spec"]["replicas"] = 1 if plain is None else len(GROUPS)
+            self.write_lws(body)
 
     # --- pods, as LWS, its StatefulSets and the API server's admission make them -----------------------
 
-    def _admit_pod(self, body: Object) -> None:
-        client = self.api.client(keys.LWS_CONTROLLER)
-        self._admit(body, admission.admit_pod(client, self.webhook_stores, body, token=next(self.tokens)))
-
-    @rule(group=st.sampled_from(GROUPS), gpu=st.booleans())
-    def begin_leader(self, group: int, gpu: bool) -> None:
-        name = f"{LWS}-{group}"
-        if self._pod(name) is None and not self._is_pending(name):
-            self._admit_pod(pod_body(name, leader=None, gpu=gpu))
-
-    @rule(group=st.sampled_from(GROUPS), index=st.sampled_from(WORKERS))
-    def begin_worker(self, group: int, index: int) -> None:
-        statefulset = self.api.get("statefulsets", NS, f"{LWS}-{group}")
-        name = f"{LWS}-{group}-{index}"
-        if statefulset is None or self._pod(name) is not None:
+    def _make(
+        self, name: str, template: Object, *, extra: Object, owner: Object, gpu: bool, via: int, latency: float
+    ) -> None:
+        """A pod made from `template`: our pod webhook (of replica `via`) sees it only when the template was
+        stamped (its objectSelector); any other is created as it is."""
+        meta = template.get("metadata") or {}
+        body: Object = {
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "labels": {**(meta.get("labels") or {}), keys.LWS_NAME_LABEL: LWS},
+                "annotations": {**(meta.get("annotations") or {}), **extra},
+                "ownerReferences": [owner],
+            },
+            "spec": {"containers": [copy.deepcopy(GPU if gpu else CPU)]},
+            "status": {"phase": "Pending"},
+        }
+        if keys.SCOPE_LABEL not in body["metadata"]["labels"]:
+            self.pending.append((self.now + latency, body))
             return
+        replica = self._replica(via)
+        self._admit(
+            body,
+            admission.admit_pod(replica.client, replica.stores, body, token=next(self.tokens)),
+            latency=latency,
+        )
+
+    def _leaderless(self) -> list[int]:
+        if self.api.get(keys.LWS_PLURAL, NS, LWS) is None:
+            return []
+        return [g for g in GROUPS if self._pod(f"{LWS}-{g}") is None and not self._is_pending(f"{LWS}-{g}")]
+
+    @precondition(lambda self: self._leaderless())
+    @rule(data=st.data(), gpu=st.booleans(), via=st.integers(0, len(REPLICAS) - 1), latency=st.sampled_from(LATENCIES))
+    def begin_leader(self, data: st.DataObject, gpu: bool, via: int, latency: float) -> None:
+        self.begin_leader_of(data.draw(st.sampled_from(self._leaderless())), gpu=gpu, via=via, latency=latency)
+
+    def begin_leader_of(self, group: int, *, gpu: bool, via: int, latency: float) -> None:
+        lws = self.api.get(keys.LWS_PLURAL, NS, LWS)
+        assert lws is not None
+        owner = {"kind": "LeaderWorkerSet", "name": LWS, "uid": lws["metadata"]["uid"], "controller": True}
+        self.made_from[f"{LWS}-{group}"] = self.group_templates[group]
+        self._make(
+            f"{LWS}-{group}",
+            self.group_templates[group]["leaderTemplate"],
+            extra={},
+            owner=owner,
+            gpu=gpu,
+            via=via,
+            latency=latency,
+        )
+
+    def _workerless(self) -> list[int]:
+        return [
+            g
+            for g in GROUPS
+            if self.api.get("statefulsets", NS, f"{LWS}-{g}") is not None
+            and self._pod(f"{LWS}-{g}-1") is None
+            and not self._is_pending(f"{LWS}-{g}-1")
+        ]
+
+    @precondition(lambda self: self._workerless())
+    @rule(data=st.data(), via=st.integers(0, len(REPLICAS) - 1), latency=st.sampled_from(LATENCIES))
+    def begin_worker(self, data: st.DataObject, via: int, latency: float) -> None:
+        self.begin_worker_of(data.draw(st.sampled_from(self._workerless())), via=via, latency=latency)
+
+    def begin_worker_of(self, group: int, *, via: int, latency: float) -> None:
+        """The worker StatefulSet of the group (whichever incarnation exists) makes its pod."""
+        statefulset = self.api.get("statefulsets", NS, f"{LWS}-{group}")
+        assert statefulset is not None
         owner = {
             "kind": "StatefulSet",
             "name": f"{LWS}-{group}",
             "uid": statefulset["metadata"]["uid"],
             "controller": True,
         }
-        self._admit_pod(pod_body(name, leader=f"{LWS}-{group}", gpu=True, owner=owner))
-
-    @precondition(lambda self: self.pending)
-    @rule(data=st.data())
-    def persist(self, data: st.DataObject) -> None:
-        self._persist(self._take_pending(data))
+        self._make(
+            f"{LWS}-{group}-1",
+            self.made_from[statefulset["metadata"]["uid"]]["workerTemplate"],
+            extra={keys.LWS_LEADER_NAME_ANNOTATION: f"{LWS}-{group}"},
+            owner=owner,
+            gpu=True,
+            via=via,
+            latency=latency,
+        )
 
     def _persist(self, body: Object) -> Object | None:
-        """A persisted leader gets its group's StatefulSet, replacing one of an earlier incarnation."""
         created = super()._persist(body)
-        name = body["metadata"]["name"]
-        if created is not None and keys.LWS_LEADER_NAME_ANNOTATION not in body["metadata"]["annotations"]:
-            if self.api.get("statefulsets", NS, name) is not None:
-                self.api.delete("statefulsets", NS, name)
-            owner = {"kind": "Pod", "name": name, "uid": created["metadata"]["uid"], "controller": True}
-            self.api.put(
-                "statefulsets", {"metadata": {"name": name, "namespace": NS, "ownerReferences": [owner]}}, manager="lws"
-            )
+        if created is not None and keys.LWS_LEADER_NAME_ANNOTATION not in created["metadata"]["annotations"]:
+            self.leader_domains[created["metadata"]["uid"]] = references.recorded_domain(created)
+            self.made_from[created["metadata"]["uid"]] = self.made_from[created["metadata"]["name"]]
         return created
 
-    @precondition(lambda self: self.pending)
+    def _without_statefulset(self) -> list[int]:
+        return [
+            g
+            for g in GROUPS
+            if (leader := self._pod(f"{LWS}-{g}")) is not None
+            and references.is_non_terminal(leader)
+            and self.api.get("statefulsets", NS, f"{LWS}-{g}") is None
+        ]
+
+    @precondition(lambda self: self._without_statefulset())
     @rule(data=st.data())
-    def abandon(self, data: st.DataObject) -> None:
-        self._take_pending(data)
+    def statefulset_created(self, data: st.DataObject) -> None:
+        """LWS gives a live leader its worker StatefulSet, once no StatefulSet of that name is left."""
+        self.statefulset_of(data.draw(st.sampled_from(self._without_statefulset())))
 
-    @rule(group=st.sampled_from(GROUPS))
-    def leader_fails(self, group: int) -> None:
-        if self._pod(f"{LWS}-{group}") is not None:
-            self._pod_fails(f"{LWS}-{group}")
+    def statefulset_of(self, group: int) -> None:
+        name = f"{LWS}-{group}"
+        leader = self._pod(name)
+        assert leader is not None
+        owner = {"kind": "Pod", "name": name, "uid": leader["metadata"]["uid"], "controller": True}
+        created = self.api.put(
+            "statefulsets", {"metadata": {"name": name, "namespace": NS, "ownerReferences": [owner]}}, manager="lws"
+        )
+        self.statefulset_leaders[created["metadata"]["uid"]] = leader["metadata"]["uid"]
+        self.made_from[created["metadata"]["uid"]] = self.made_from[leader["metadata"]["uid"]]
 
-    @rule(group=st.sampled_from(GROUPS), index=st.sampled_from((0, *WORKERS)))
-    def pod_deleted(self, group: int, index: int) -> None:
-        self._delete_pod(f"{LWS}-{group}" if index == 0 else f"{LWS}-{group}-{index}")
+    def _orphans(self) -> list[tuple[str, str]]:
+        live = {body["metadata"]["uid"] for body in self.api.objects.values()}
+        return [
+            (plural, body["metadata"]["name"])
+            for (plural, _, _), body in self.api.objects.items()
+            if plural in ("statefulsets", "pods")
+            and (owner := controller(body["metadata"])) is not None
+            and owner["uid"] not in live
+        ]
 
-    @rule(group=st.sampled_from(GROUPS))
-    def group_restarted(self, group: int) -> None:
-        for name in (f"{LWS}-{group}", *(f"{LWS}-{group}-{i}" for i in WORKERS)):
+    @precondition(lambda self: self._orphans())
+    @rule(data=st.data())
+    def garbage_collected(self, data: st.DataObject) -> None:
+        """The garbage collector removes one object whose owner incarnation is gone."""
+        plural, name = data.draw(st.sampled_from(self._orphans()))
+        self.api.delete(plural, NS, name)
+
+    def _pods(self) -> list[str]:
+        return sorted(body["metadata"]["name"] for body in self.api.all("pods"))
+
+    @precondition(lambda self: self._pods())
+    @rule(data=st.data(), fails=st.booleans())
+    def pod_ends(self, data: st.DataObject, fails: bool) -> None:
+        """A pod fails, or is deleted (evicted; a deleted leader restarts its group)."""
+        self.pod_ends_named(data.draw(st.sampled_from(self._pods())), fails=fails)
+
+    def pod_ends_named(self, name: str, *, fails: bool) -> None:
+        if fails:
+            self._pod_fails(name)
+        else:
             self._delete_pod(name)
-        if self.api.get("statefulsets", NS, f"{LWS}-{group}") is not None:
-            self.api.delete("statefulsets", NS, f"{LWS}-{group}")
-
-    # --- the controller and a second replica's webhook, each behind the API by its own lag ----------------
-
-    @rule(count=st.integers(1, 8))
-    def controller_watch_catches_up(self, count: int) -> None:
-        super().controller_watch_catches_up(count)
-
-    @rule(count=st.integers(1, 8))
-    def webhook_watch_catches_up(self, count: int) -> None:
-        super().webhook_watch_catches_up(count)
-
-    @rule()
-    def controller_reconciles(self) -> None:
-        """Decides from whatever the store holds, synced or not: the writer's fresh reads must keep it safe even
-        where the cache-sync barrier (which holds the real reconciler until `synced`) would have waited."""
-        snapshot = self.stores.snapshot(NS, LWS, gate_enabled=True)
-        self.loop.run_until_complete(self.executor.apply(snapshot, planner.plan(snapshot)))
 
     # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
     @invariant()
-    def no_pod_is_bound_to_a_deleted_domain(self) -> None:
-        for pod in self.api.all("pods"):
-            if references.is_non_terminal(pod):
-                bound = {references.recorded_domain(pod), *references.referenced_claim_templates(pod)}
-                deleted = set(self.api.deleted_domains) | {
-                    names.claim_template_name(d) for d in self.api.deleted_domains
-                }
-                assert not bound & deleted, f"{pod['metadata']['name']} is bound to deleted {bound & deleted}"
-
-    @invariant()
     def a_group_never_spans_two_domains(self) -> None:
         for pod in self.api.all("pods"):
-            owner = next(iter(pod["metadata"].get("ownerReferences") or ()), None)
-            if owner is None:
-                continue  # a leader
-            statefulset = self.api.get("statefulsets", NS, owner["name"])
-            if statefulset is None or statefulset["metadata"]["uid"] != owner["uid"]:
-                continue  # a worker of a StatefulSet already replaced: not part of the current group
-            leader_uid = statefulset["metadata"]["ownerReferences"][0]["uid"]
-            leader = self._pod(owner["name"])
-            if leader is None or leader["metadata"]["uid"] != leader_uid or not references.is_non_terminal(pod):
+            if not references.is_non_terminal(pod):
                 continue
-            assert references.recorded_domain(pod) == references.recorded_domain(leader)
+            meta = pod["metadata"]
+            own = references.recorded_domain(pod)
+            owner = controller(meta)
+            if owner is not None and owner["kind"] == "StatefulSet":
+                own = self.leader_domains.get(self.statefulset_leaders[owner["uid"]])
+                assert references.recorded_domain(pod) == own, (
+                    f"worker {meta['name']} records {references.recorded_domain(pod)}, its leader {own}"
+                )
+            claims = references.referenced_claim_templates(pod)
+            assert claims <= ({names.claim_template_name(own)} if own else set()), (
+                f"{meta['name']} holds {set(claims)}, its group's domain is {own}"
+            )
+
+    def check_scope(self) -> None:
+        self.a_group_never_spans_two_domains()
 
 
-ReplicaScope.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+ReplicaScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)
 test_replica_scope_interleavings = ReplicaScope.TestCase
 
 
-def check(machine: ReplicaScope) -> None:
-    machine.no_domain_is_torn_down_under_a_pod()
-    machine.no_pod_is_bound_to_a_deleted_domain()
-    machine.a_group_never_spans_two_domains()
-    machine.a_foreign_look_alike_is_never_written()
+# --- scripted scenarios: the model's own steps, in an order that matters --------------------------------------
 
 
 def domains_of_group(machine: ReplicaScope, group: int) -> list[str]:
@@ -212,93 +354,120 @@ def domains_of_group(machine: ReplicaScope, group: int) -> list[str]:
 
 
 def running_group(machine: ReplicaScope, *, gpu_leader: bool) -> str:
-    """Group 0 with its leader persisted and its domain created; returns the domain."""
-    machine.begin_leader(group=0, gpu=gpu_leader)
+    """Group 0 with its leader persisted, its StatefulSet and its domain created, every store caught up; returns
+    the domain."""
+    machine.begin_leader_of(0, gpu=gpu_leader, via=0, latency=1.0)
     machine.persist_named(f"{LWS}-0")
-    machine.controller_relists()
-    machine.controller_reconciles()
-    machine.webhook_watch_catches_up(count=1000)
+    machine.statefulset_of(0)
+    machine.catch_up("a")
+    machine.reconcile_fully("a")
+    machine.catch_up("a")
+    machine.catch_up("b")
     (domain,) = domains_of_group(machine, 0)
     return domain
 
 
 def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_delete() -> None:
-    """Scenario 1: a worker is admitted while its leader lives, the leader is evicted, the domain is condemned,
-    and the worker is persisted only afterwards (between the controller's list and its delete, without a
-    fence). The fence makes the final check see it: the domain is kept, never torn down under it."""
+    """A worker is admitted while its leader lives, the leader fails, the domain is condemned, and the worker is
+    persisted only afterwards, as late as admission allows: with the longest fence the configuration accepts, the
+    final fresh read sees it and the mark is lifted."""
     machine = ReplicaScope()
+    machine.configured(max(accepted_fences()))
     domain = running_group(machine, gpu_leader=False)
-    machine.begin_worker(group=0, index=1)
-    assert [p["metadata"]["name"] for _, p in machine.pending] == [f"{LWS}-0-1"]
-    machine.leader_fails(group=0)
-    machine.controller_relists()
-    machine.controller_reconciles()  # obsolete and unused as far as anyone can see: condemned
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # obsolete and unused as far as anyone can see: condemned
     assert machine.is_condemned(domain)
-    machine.controller_reconciles()  # within the fence: nothing more
-    machine.time_passes(seconds=12.0)  # the worker's admission ends within its deadline, before the fence
-    machine.controller_reconciles()  # the final fresh read finds the worker: the mark is lifted
-    check(machine)
-    assert not machine.is_condemned(domain)  # kept
+    machine.time_passes(seconds=machine.fence)  # the worker lands within its deadline, before the fence passed
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # the final fresh read finds the worker: the mark is lifted
+    machine.check()
+    assert not machine.is_condemned(domain)
     machine.teardown()
 
 
-def test_a_worker_is_not_admitted_onto_a_condemned_domain() -> None:
+def test_no_configurable_fence_lets_a_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
+    """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest admission.
+    A worker read its domain as ready just before the mark; its creation lands `ADMISSION_BOUND` later."""
+    machine = ReplicaScope()
+    machine.configured(min(accepted_fences()))
+    domain = running_group(machine, gpu_leader=True)
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # condemned
+    machine.time_passes(seconds=min(machine.fence, ADMISSION_BOUND - 1.0))
+    machine.reconcile_fully("a")  # deleted if the fence has passed
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the worker lands
+    machine.check()
+    assert domain not in machine.api.deleted_domains or machine.fence >= ADMISSION_BOUND
+    machine.teardown()
+
+
+def test_a_group_restarted_after_opt_out_keeps_its_claim_until_the_rollout_replaces_it() -> None:
+    """Hole 8 of issue 19: the opt-in is removed (a new revision, rolling slowly); a leader of a group the rollout
+    has not reached is deleted and made again from the old, stamped template. It must not run without its
+    claim."""
     machine = ReplicaScope()
     running_group(machine, gpu_leader=True)
-    machine.leader_fails(group=0)
-    machine.controller_relists()
-    machine.controller_reconciles()  # condemned
-    machine.begin_worker(group=0, index=1)
-    assert machine.pending == []
+    machine.lws_changes("opt-in toggled")
+    machine.catch_up("a")
+    machine.catch_up("b")
+    machine.pod_ends_named(f"{LWS}-0", fails=False)
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    if machine.pending:
+        machine.persist_named(f"{LWS}-0")
+    machine.check()
     machine.teardown()
 
 
-def test_once_the_fence_has_passed_an_unused_domain_is_deleted() -> None:
-    machine = ReplicaScope()
-    domain = running_group(machine, gpu_leader=True)
-    machine.leader_fails(group=0)
-    machine.controller_relists()
-    machine.controller_reconciles()
-    machine.time_passes(seconds=12.0)
-    machine.controller_reconciles()
-    assert domain in machine.api.deleted_domains
-    assert machine.api.teardowns[-1].users == ()
-    check(machine)
-    machine.teardown()
-
-
-def test_a_restarted_group_binds_its_workers_to_the_new_leader_even_when_the_stores_lag() -> None:
-    """Scenario 2: the webhook's stores still show the old leader incarnation; the worker of the new
-    StatefulSet joins the new leader's domain, never the old one."""
+def test_a_restarted_group_binds_its_worker_to_the_new_leader_even_when_the_stores_lag() -> None:
+    """The webhook's stores still show the old leader incarnation, and the old StatefulSet is gone only at a later
+    step: the worker of the new StatefulSet joins the new leader's domain, never the old one."""
     machine = ReplicaScope()
     old = running_group(machine, gpu_leader=True)
-    machine.group_restarted(group=0)
-    machine.begin_leader(group=0, gpu=True)
+    machine.pod_ends_named(f"{LWS}-0", fails=False)
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
     machine.persist_named(f"{LWS}-0")
-    new_leader = machine.api.get("pods", NS, f"{LWS}-0")
-    assert new_leader is not None
-    machine.begin_worker(group=0, index=1)  # the webhook's stores have not seen the restart
+    machine.begin_worker_of(0, via=1, latency=1.0)  # the old StatefulSet, not collected yet: refused
+    assert machine.pending == []
+    machine.api.delete("statefulsets", NS, f"{LWS}-0")  # collected
+    machine.statefulset_of(0)
+    machine.begin_worker_of(0, via=1, latency=1.0)
     machine.persist_named(f"{LWS}-0-1")
     worker = machine.api.get("pods", NS, f"{LWS}-0-1")
+    new_leader = machine.api.get("pods", NS, f"{LWS}-0")
     assert worker is not None
+    assert new_leader is not None
     assert references.recorded_domain(worker) == references.recorded_domain(new_leader) != old
-    check(machine)
+    machine.check()
     machine.teardown()
 
 
-def test_a_cpu_only_leader_keeps_its_domain_through_a_controller_restart() -> None:
-    """Scenario 3: a restarted controller whose stores hold the domain but not yet the leader that records it
-    (without a claim) must not delete it: the fresh read counts recorders as users."""
+def test_a_deposed_leaders_condemn_landing_after_the_hand_over_changes_nothing_unsafe() -> None:
+    """Replica a sends the condemn of an obsolete domain and loses the Lease before it lands; b leads, a worker
+    admitted before the mark lands, the condemn lands late: b sees the mark, times the fence from its own sight,
+    and finds the worker."""
     machine = ReplicaScope()
+    machine.configured(max(accepted_fences()))
     domain = running_group(machine, gpu_leader=False)
-    machine.controller_restarts()
-    machine.controller_watch_catches_up(count=1000)  # nothing new: the stores are empty
-    domain_body = machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
-    assert domain_body is not None
-    machine.stores.domain_mirror.observe(domain_body, deleted=False)  # the domains' list came in first
-    machine.controller_reconciles()
-    machine.time_passes(seconds=12.0)
-    machine.controller_reconciles()
-    assert domain not in machine.api.deleted_domains
-    check(machine)
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    replica = machine.replicas["a"]
+    snapshot, plan = plan_of(replica.stores, (NS, LWS))
+    replica.passing = machine.loop.create_task(replica.executor.apply(snapshot, plan))
+    machine.settle()
+    assert [r.what for r in machine.api.in_flight] == [f"patch computedomains/{domain}"]
+    machine.lease_moves(to="b", deposed="cancelled at once")
+    machine.land_everything()  # the condemn lands after the hand-over
+    assert machine.is_condemned(domain)
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the worker lands
+    machine.catch_up("b")
+    machine.reconcile_fully("b")
+    machine.time_passes(seconds=machine.fence)
+    machine.reconcile_fully("b")
+    machine.check()
+    assert not machine.is_condemned(domain)
     machine.teardown()

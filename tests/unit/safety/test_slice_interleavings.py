@@ -1,45 +1,80 @@
-"""Safety of the whole slice-scope protocol over arbitrary interleavings of admission and reconciliation.
+"""Safety of the whole slice-scope protocol (mnnvl-ds) over adversarial interleavings (`harness`).
 
-The real webhook decisions (`admission.child_errors`, `admission.admit_pod`), stores, planner and executor (with
-the shared domain writer) run against an in-memory API server. Hypothesis interleaves: LeaderWorkerSets of
-(slice, revision)s created (through the LeaderWorkerSet webhook) and deleted with their pods, as rollouts and
-`slices` changes do; the DisaggregatedSet deleted and created again (a new uid); pods whose admission is begun
-and persisted as separate steps (within an admission deadline shorter than the deletion fence); pods failing or
-deleted; stores that lag behind the API (the controller's and a second replica's webhook, each at its own
-pace), re-lists, controller restarts that lose all memory, and time passing. After every step:
+The real webhooks (`decisions.ds_patch` and `decisions.ds_errors` for every DisaggregatedSet write,
+`admission.child_errors` for every child LeaderWorkerSet, `admission.admit_pod` for every stamped pod), stores,
+planner and executor (with the shared domain writer and the upstream retries), run in two replicas against an
+in-memory API server. Besides what `harness` interleaves, this model has, as upstream and Kubernetes make them:
 
-- no ComputeDomain is torn down while a non-terminal pod holds its claim or records it;
-- no pod is ever bound to a domain whose deletion has begun (a pod may wait for a later domain of that name);
-- every pod is bound to the domain of its own LeaderWorkerSet's (slice, revision), or to none;
-- a foreign domain carrying our labels is never written, and no LeaderWorkerSet of its slice is admitted.
+- the DisaggregatedSet `llm` (two slices, roles prefill and decode), opted in; its opt-in removed and given again,
+  and its templates edited: each a new revision (upstream hashes the stamped templates), whose child
+  LeaderWorkerSets upstream creates one (slice, role) at a time while those of earlier revisions drain; `llm`
+  deleted (garbage collection takes its LeaderWorkerSets one step at a time, not its pods at once) and created
+  again under its name (a new uid, the same child names); a plain DisaggregatedSet whose children must never be
+  refused;
+- pods of every child, whose admission is begun and persisted as separate steps, under names every new
+  incarnation of their LeaderWorkerSet reuses; pods failing or deleted.
+
+After every step, besides the invariants of every scope: every pod holds or records nothing but the domain of its
+own LeaderWorkerSet's (slice, revision) (one slice, one domain); no LeaderWorkerSet of the foreign look-alike's
+slice is ever admitted.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
-from hypothesis import settings
+import jsonpatch
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import references
-from mnnvl_ds import admission, executor, planner, state
-from mnnvl_runtime import domains
+from mnnvl_api.decisions import opt_in, references
+from mnnvl_ds import admission, decisions, executor, planner, state
 
-from .harness import GPU, NS, ScopeMachine
+from . import settings
+from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences
+from .memory_api import Object
 
 DS = "llm"
-POSITIONS = ((0, "aaaaaaaa"), (0, "bbbbbbbb"), (1, "aaaaaaaa"), (1, "bbbbbbbb"))
+PLAIN = "plain"
+SLICES = (0, 1)
+ROLES = ("prefill", "decode")
+CPU = {"name": "router", "image": "router"}
+ENV = opt_in.Environment(gate_enabled=True, api_served=True)
+LATENCIES = (1.0, ADMISSION_BOUND)
+#: Upstream's revision hash of the roles' templates, as (template edits, stamped) name it.
+REVISIONS = {(0, True): "aaaaaaaa", (1, True): "bbbbbbbb", (0, False): "cccccccc", (1, False): "dddddddd"}
 #: The look-alike's (slice, revision): its LeaderWorkerSets must never be admitted.
 FOREIGN_POSITION = (1, "bbbbbbbb")
-ROLES = ("prefill", "decode")
-PODS_PER_CHILD = (0, 1)
-CPU = {"name": "router", "image": "router"}
 
 
-def child_name(position: tuple[int, str], role: str) -> str:
-    return f"{DS}-{position[0]}-{position[1]}-{role}"
+def ds_body(name: str, *, opted_in: bool, edits: int = 0) -> Object:
+    template: Object = {"metadata": {}, "spec": {"containers": [copy.deepcopy(GPU)]}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"} if opted_in else {},
+        },
+        "spec": {
+            "slices": len(SLICES),
+            "roles": [
+                {"name": role, "spec": {"leaderWorkerTemplate": {"leaderTemplate": copy.deepcopy(template)}}}
+                for role in ROLES
+            ],
+        },
+        "edits": edits,  # the model's own count of template edits (stripped before storing)
+    }
+
+
+def child_name(ds: str, position: tuple[int, str], role: str) -> str:
+    return f"{ds}-{position[0]}-{position[1]}-{role}"
+
+
+def plan_of(stores: state.Stores, key: tuple[str, str]) -> tuple[planner.Snapshot, Any]:
+    snapshot = stores.snapshot(*key, gate_enabled=True)
+    return snapshot, planner.plan(snapshot)
 
 
 class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
@@ -48,241 +83,351 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
             component=keys.DS_CONTROLLER,
             scope=keys.SCOPE_SLICE,
             new_stores=state.Stores,
-            new_executor=self._new_executor,
+            new_executor=lambda writer, client, may_write: executor.Executor(
+                writer, executor.UpstreamRetries(client, may_write=may_write)
+            ),
+            plan=plan_of,
         )
-        self._create_set()
-        workload = planner.Workload(namespace=NS, name=DS, uid=self.ds_uid)
-        self.foreign = self._put_foreign_look_alike(
+        #: Per DisaggregatedSet name: its template edits (for its revision).
+        self.edits: dict[str, int] = {}
+        found = self.write_ds(ds_body(DS, opted_in=True))
+        assert found is not None
+        workload = planner.Workload(namespace=NS, name=DS, uid=found["metadata"]["uid"])
+        self.foreign = self.put_foreign_look_alike(
             names.slice_domain_name(DS, *FOREIGN_POSITION), planner.domain_labels(workload, FOREIGN_POSITION)
         )
-        self._start_controller()
-        self.cursor = 0  # the first start watches from the beginning; a restart sees nothing until it re-lists
+        self._start_replicas()
 
-    def _new_executor(self, writer: domains.DomainWriter) -> executor.Executor:
-        return executor.Executor(
-            writer, executor.UpstreamRetries(self.api.client(keys.DS_CONTROLLER), may_write=lambda: True)
-        )
+    def on_lease_change(self, replica: Any, leading: bool) -> None:
+        replica.executor.retries.on_lease_change(leading)
 
-    def _create_set(self) -> None:
-        body = {
-            "metadata": {
-                "name": DS,
-                "namespace": NS,
-                "annotations": {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"},
-            },
-            "spec": {"roles": [{"name": role} for role in ROLES]},
-        }
-        self.ds_uid = self.api.put(keys.DS_PLURAL, body, manager="kubectl")["metadata"]["uid"]
+    # --- DisaggregatedSets, through the real webhooks --------------------------------------------------------
 
-    # --- the DisaggregatedSet and its LeaderWorkerSets, as upstream makes them ---------------------------
+    def write_ds(self, body: Object) -> Object | None:
+        """Create or update a DisaggregatedSet as the API server does: mutating, then validating webhook."""
+        name = body["metadata"]["name"]
+        self.edits[name] = body.pop("edits")
+        old = self.api.get(keys.DS_PLURAL, NS, name)
+        patch = decisions.ds_patch(body, ENV)
+        mutated = jsonpatch.apply_patch(body, patch)
+        refused = bool(decisions.ds_errors(mutated, old, ENV))
+        if name == PLAIN:
+            self.note_plain_answer(f"DisaggregatedSet {name}", refused=refused, patch=patch)
+        if refused:
+            return None
+        if old is None:
+            return self.api.put(keys.DS_PLURAL, mutated, manager="kubectl")
 
-    @initialize(roles=st.sets(st.sampled_from(ROLES)))
-    def slice_0_running(self, roles: set[str]) -> None:
-        """Start from slice 0 running at its first revision (its domain created) for some roles, so that runs
-        spend their steps on what follows."""
-        for role in sorted(roles):
-            self.child_created(POSITIONS[0], role)
-        self.controller_reconciles(count=1000)
+        def change(current: Object) -> None:
+            current["metadata"]["annotations"] = mutated["metadata"]["annotations"]
+            current["spec"] = mutated["spec"]
 
-    @rule(position=st.sampled_from(POSITIONS), role=st.sampled_from(ROLES))
-    def child_created(self, position: tuple[int, str], role: str) -> None:
-        name = child_name(position, role)
-        if self.api.get(keys.DS_PLURAL, NS, DS) is None or self.api.get(keys.LWS_PLURAL, NS, name) is not None:
+        return self.api.update(keys.DS_PLURAL, NS, name, change)
+
+    def revision(self, ds: Object) -> str:
+        stamped = decisions.in_slice_scope({"spec": ds["spec"]["roles"][0]["spec"]})
+        return REVISIONS[(self.edits[ds["metadata"]["name"]] % 2, stamped)]
+
+    @rule(change=st.sampled_from(("opt-in toggled", "templates edited", "replaced", "plain one replaced")))
+    def set_changes(self, change: str) -> None:
+        """The user removes the opt-in of `llm` or gives it again, or edits its templates: a new revision; or
+        `llm` is deleted (garbage collection takes its LeaderWorkerSets later, not its pods), or created again
+        under its name (a new uid); or a plain DisaggregatedSet is deleted or created."""
+        name = PLAIN if change == "plain one replaced" else DS
+        current = self.api.get(keys.DS_PLURAL, NS, name)
+        if change in ("replaced", "plain one replaced"):
+            if current is None:
+                self.write_ds(ds_body(name, opted_in=name == DS))
+            else:
+                self.api.delete(keys.DS_PLURAL, NS, name)
             return
+        if current is None:
+            return
+        annotations = current["metadata"].setdefault("annotations", {})
+        edits = self.edits[DS]
+        if change == "templates edited":
+            edits += 1
+        elif annotations.pop(keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION, None) is None:
+            annotations[keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION] = "enabled"
+        self.write_ds({**current, "edits": edits})
+
+    # --- child LeaderWorkerSets, as upstream makes them and the real webhook admits them ---------------------
+
+    def _missing_children(self) -> list[tuple[str, int, str]]:
+        found = []
+        for ds_name in (DS, PLAIN):
+            ds = self.api.get(keys.DS_PLURAL, NS, ds_name)
+            if ds is None:
+                continue
+            revision = self.revision(ds)
+            found += [
+                (ds_name, s, role)
+                for s in SLICES
+                for role in ROLES
+                if self.api.get(keys.LWS_PLURAL, NS, child_name(ds_name, (s, revision), role)) is None
+            ]
+        return found
+
+    @precondition(lambda self: self._missing_children())
+    @rule(data=st.data())
+    def child_created(self, data: st.DataObject) -> None:
+        """Upstream creates one child LeaderWorkerSet of the current revision, through our webhook."""
+        ds_name, slice_index, role = data.draw(st.sampled_from(self._missing_children()))
+        self.create_child(ds_name, slice_index, role)
+
+    def create_child(self, ds_name: str, slice_index: int, role: str) -> None:
+        ds = self.api.get(keys.DS_PLURAL, NS, ds_name)
+        assert ds is not None
+        revision = self.revision(ds)
         labels = {
-            keys.DS_NAME_LABEL: DS,
-            keys.DS_SLICE_LABEL: str(position[0]),
-            keys.DS_REVISION_LABEL: position[1],
+            keys.DS_NAME_LABEL: ds_name,
+            keys.DS_SLICE_LABEL: str(slice_index),
+            keys.DS_REVISION_LABEL: revision,
             keys.DS_ROLE_LABEL: role,
         }
-        owner = {"apiVersion": keys.DS_API_VERSION, "kind": keys.DS_KIND, "name": DS, "uid": self.ds_uid}
+        (role_spec,) = [r["spec"] for r in ds["spec"]["roles"] if r["name"] == role]
+        template = copy.deepcopy(role_spec["leaderWorkerTemplate"])
+        for pod_template in template.values():
+            pod_template["metadata"]["labels"] = {**(pod_template["metadata"].get("labels") or {}), **labels}
+        owner = {
+            "apiVersion": keys.DS_API_VERSION,
+            "kind": keys.DS_KIND,
+            "name": ds_name,
+            "uid": ds["metadata"]["uid"],
+            "controller": True,
+        }
         body = {
             "metadata": {
-                "name": name,
+                "name": child_name(ds_name, (slice_index, revision), role),
                 "namespace": NS,
                 "labels": labels,
-                "ownerReferences": [{**owner, "controller": True}],
+                "ownerReferences": [owner],
             },
-            "spec": {
-                "replicas": 1,
-                "leaderWorkerTemplate": {
-                    "workerTemplate": {"metadata": {"labels": {**labels, keys.SCOPE_LABEL: keys.SCOPE_SLICE}}}
-                },
-            },
+            "spec": {"replicas": 1, "leaderWorkerTemplate": template},
         }
         refused = self.loop.run_until_complete(
             admission.child_errors(self.api.client(keys.DS_CONTROLLER), body, None, gate_enabled=True)
         )
+        if ds_name == PLAIN:
+            self.note_plain_answer(f"LeaderWorkerSet {body['metadata']['name']}", refused=bool(refused), patch=[])
         if not refused:
             self.api.put(keys.LWS_PLURAL, body, manager="disaggregatedset")
 
     def _children(self) -> list[str]:
         return sorted(body["metadata"]["name"] for body in self.api.all(keys.LWS_PLURAL))
 
-    @precondition(lambda self: self.api.all(keys.LWS_PLURAL))
+    @precondition(lambda self: self._children())
     @rule(data=st.data())
     def child_deleted(self, data: st.DataObject) -> None:
-        """A rollout drained it, or `slices` shrank: its pods go with it (a pod being admitted may still land)."""
+        """A rollout drained it, or `slices` shrank, or the garbage collector took it after its set went: its pods
+        go with it (a pod being admitted may still land)."""
         self.delete_child(data.draw(st.sampled_from(self._children())))
 
     def delete_child(self, name: str) -> None:
         self.api.delete(keys.LWS_PLURAL, NS, name)
-        for index in PODS_PER_CHILD:
-            self._delete_pod(f"{name}-{index}")
-
-    @rule()
-    def set_replaced(self) -> None:
-        """The DisaggregatedSet is deleted (garbage collection takes its LeaderWorkerSets, not its pods at once),
-        or, when it is gone, created again (a new uid)."""
-        if self.api.get(keys.DS_PLURAL, NS, DS) is None:
-            self._create_set()
-            return
-        self.api.delete(keys.DS_PLURAL, NS, DS)
-        for name in self._children():
-            self.api.delete(keys.LWS_PLURAL, NS, name)
+        self._delete_pod(f"{name}-0")
 
     # --- pods, as the StatefulSets and the API server's admission make them ---------------------------------
 
-    @precondition(lambda self: self.api.all(keys.LWS_PLURAL))
-    @rule(data=st.data(), index=st.sampled_from(PODS_PER_CHILD))
-    def begin_pod(self, data: st.DataObject, index: int) -> None:
-        self.begin_pod_of(data.draw(st.sampled_from(self._children())), index)
+    def _podless(self) -> list[str]:
+        return [c for c in self._children() if self._pod(f"{c}-0") is None and not self._is_pending(f"{c}-0")]
 
-    def begin_pod_of(self, child: str, index: int) -> None:
+    @precondition(lambda self: self._podless())
+    @rule(data=st.data(), gpu=st.booleans(), via=st.integers(0, len(REPLICAS) - 1), latency=st.sampled_from(LATENCIES))
+    def begin_pod(self, data: st.DataObject, gpu: bool, via: int, latency: float) -> None:
+        self.begin_pod_of(data.draw(st.sampled_from(self._podless())), gpu=gpu, via=via, latency=latency)
+
+    def begin_pod_of(self, child: str, *, gpu: bool, via: int, latency: float) -> None:
         lws = self.api.get(keys.LWS_PLURAL, NS, child)
-        name = f"{child}-{index}"
-        if lws is None or self._pod(name) is not None or self._is_pending(name):
-            return
-        template_labels = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+        assert lws is not None
+        template = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
         body = {
             "metadata": {
-                "name": name,
+                "name": f"{child}-0",
                 "namespace": NS,
-                "labels": {**template_labels, keys.LWS_NAME_LABEL: lws["metadata"]["name"]},
+                "labels": {**template["metadata"]["labels"], keys.LWS_NAME_LABEL: child},
                 "annotations": {},
             },
-            "spec": {"containers": [copy.deepcopy(GPU if index == 0 else CPU)]},
+            "spec": {"containers": [copy.deepcopy(GPU if gpu else CPU)]},
             "status": {"phase": "Pending"},
         }
-        self._admit(body, admission.admit_pod(self.api.client(keys.DS_CONTROLLER), self.webhook_stores, body))
-
-    @precondition(lambda self: self.pending)
-    @rule(data=st.data(), lands=st.booleans())
-    def admission_ends(self, data: st.DataObject, lands: bool) -> None:
-        """A begun admission ends: the pod is persisted, or the request was abandoned (timed out, retried)."""
-        body = self._take_pending(data)
-        if lands:
-            self._persist(body)
-
-    @rule(data=st.data())
-    def pod_ends(self, data: st.DataObject) -> None:
-        live = sorted(p["metadata"]["name"] for p in self.api.all("pods"))
-        if not live:
+        if not self.enrolled(body):  # our pod webhook's objectSelector does not match it
+            self.pending.append((self.now + latency, body))
             return
-        name = data.draw(st.sampled_from(live))
-        if data.draw(st.booleans()):
+        replica = self._replica(via)
+        self._admit(body, admission.admit_pod(replica.client, replica.stores, body), latency=latency)
+
+    def _pods(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.api.all("pods"))
+
+    @precondition(lambda self: self._pods())
+    @rule(data=st.data(), fails=st.booleans())
+    def pod_ends(self, data: st.DataObject, fails: bool) -> None:
+        name = data.draw(st.sampled_from(self._pods()))
+        if fails:
             self._pod_fails(name)
         else:
             self.api.delete("pods", NS, name)
 
-    # --- the controller and a second replica's webhook, each behind the API by its own lag ----------------
-
-    @rule(count=st.sampled_from((1, 4, 1000)))
-    def webhook_watch_catches_up(self, count: int) -> None:
-        super().webhook_watch_catches_up(count)
-
-    @rule(count=st.sampled_from((0, 3, 1000)))
-    def controller_reconciles(self, count: int = 0) -> None:
-        """Takes `count` more watch events, then decides from whatever the store holds, synced or not: the
-        writer's fresh reads must keep it safe even where the cache-sync barrier (which holds the real
-        reconciler until synced) would have waited."""
-        self.controller_watch_catches_up(count)
-        for key in self.stores.workload_keys():
-            snapshot = self.stores.snapshot(*key, gate_enabled=True)
-            self.loop.run_until_complete(self.executor.apply(snapshot, planner.plan(snapshot)))
-
     # --- what must hold after every step, besides the invariants of every scope ---------------------------
-
-    @invariant()
-    def no_pod_is_bound_to_a_domain_being_deleted(self) -> None:
-        """A slice domain's name is derived, so a later incarnation may bear a deleted one's name: a pod may wait
-        (gated) for it, but never be bound to an incarnation whose deletion has begun."""
-        for pod in self.api.all("pods"):
-            recorded = references.recorded_domain(pod)
-            if references.is_non_terminal(pod) and recorded is not None:
-                current = self.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, recorded)
-                assert current is None or not current["metadata"].get("deletionTimestamp"), (
-                    f"{pod['metadata']['name']} is bound to {recorded}, which is being deleted"
-                )
 
     @invariant()
     def every_pod_is_bound_to_its_own_slice_and_revision(self) -> None:
         for pod in self.api.all("pods"):
             labels = pod["metadata"]["labels"]
-            own = names.slice_domain_name(DS, int(labels[keys.DS_SLICE_LABEL]), labels[keys.DS_REVISION_LABEL])
+            own = names.slice_domain_name(
+                labels[keys.DS_NAME_LABEL], int(labels[keys.DS_SLICE_LABEL]), labels[keys.DS_REVISION_LABEL]
+            )
             assert references.recorded_domain(pod) in (None, own)
             assert references.referenced_claim_templates(pod) <= {names.claim_template_name(own)}
 
     @invariant()
     def the_foreign_look_alikes_slice_is_never_scaled(self) -> None:
-        assert all(self.api.get(keys.LWS_PLURAL, NS, child_name(FOREIGN_POSITION, role)) is None for role in ROLES)
+        assert all(self.api.get(keys.LWS_PLURAL, NS, child_name(DS, FOREIGN_POSITION, r)) is None for r in ROLES)
+
+    def check_scope(self) -> None:
+        self.every_pod_is_bound_to_its_own_slice_and_revision()
+        self.the_foreign_look_alikes_slice_is_never_scaled()
 
 
-SliceScope.TestCase.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+SliceScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)
 test_slice_scope_interleavings = SliceScope.TestCase
 
 
-def running_slice(machine: SliceScope) -> str:
-    """Slice 0 at revision aaaaaaaa with its prefill LeaderWorkerSet, its domain created; returns the domain."""
-    machine.child_created(position=(0, "aaaaaaaa"), role="prefill")
-    machine.controller_relists()
-    machine.controller_reconciles()
-    machine.webhook_watch_catches_up(count=1000)
-    domain = names.slice_domain_name(DS, 0, "aaaaaaaa")
-    assert machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain) is not None
-    return domain
+# --- scripted scenarios: the model's own steps, in an order that matters --------------------------------------
+
+PREFILL = child_name(DS, (0, "aaaaaaaa"), "prefill")
+DOMAIN = names.slice_domain_name(DS, 0, "aaaaaaaa")
 
 
-def test_a_slice_domain_is_created_as_soon_as_its_first_leaderworkerset_exists() -> None:
-    machine = SliceScope()
-    running_slice(machine)
-    assert machine.api.all("pods") == []
-    machine.teardown()
+def running_slice(machine: SliceScope) -> None:
+    """Slice 0 at revision aaaaaaaa with its prefill LeaderWorkerSet, its domain created by replica a, every store
+    caught up."""
+    machine.create_child(DS, 0, "prefill")
+    machine.catch_up("a")
+    machine.reconcile_fully("a")
+    machine.catch_up("a")
+    machine.catch_up("b")
+    assert machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, DOMAIN) is not None
+
+
+def drained(machine: SliceScope, name: str) -> None:
+    """The slice's LeaderWorkerSet is drained; replica `name`, leading, sees it and condemns the domain."""
+    machine.delete_child(PREFILL)
+    machine.catch_up(name)
+    machine.reconcile_fully(name)
+    assert machine.is_condemned(DOMAIN)
 
 
 def test_a_pod_admitted_before_its_slice_was_drained_keeps_the_domain_until_it_ends() -> None:
-    """The LeaderWorkerSet is deleted (rollout drained), the domain is condemned, and a pod whose admission began
-    before is persisted only afterwards: the final fresh read sees it and the domain is kept."""
     machine = SliceScope()
-    domain = running_slice(machine)
-    machine.begin_pod_of(child_name((0, "aaaaaaaa"), "prefill"), 1)
+    machine.configured(max(accepted_fences()))
+    running_slice(machine)
+    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=ADMISSION_BOUND)
     assert len(machine.pending) == 1
-    machine.delete_child(child_name((0, "aaaaaaaa"), "prefill"))
-    machine.controller_relists()
-    machine.controller_reconciles()  # obsolete and unused as far as anyone can see: condemned
-    assert machine.is_condemned(domain)
-    machine.time_passes(seconds=12.0)  # the pod lands within its deadline, before the fence has passed
-    machine.controller_reconciles()  # the final fresh read finds the pod: the mark is lifted
-    assert not machine.is_condemned(domain)  # kept
-    assert domain not in machine.api.deleted_domains
+    drained(machine, "a")
+    machine.time_passes(seconds=machine.fence)  # the pod lands within its deadline, before the fence has passed
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # the final fresh read finds the pod: the mark is lifted
+    machine.check()
+    assert not machine.is_condemned(DOMAIN)
     machine.teardown()
 
 
 def test_once_its_last_pod_exits_a_drained_slices_domain_is_deleted() -> None:
     machine = SliceScope()
-    domain = running_slice(machine)
-    machine.delete_child(child_name((0, "aaaaaaaa"), "prefill"))
-    machine.controller_relists()
-    machine.controller_reconciles()
-    machine.time_passes(seconds=12.0)
-    machine.controller_reconciles()
-    assert domain in machine.api.deleted_domains
-    assert machine.api.teardowns[-1].users == ()
+    running_slice(machine)
+    drained(machine, "a")
+    machine.time_passes(seconds=machine.fence)
+    machine.reconcile_fully("a")
+    assert DOMAIN in machine.api.deleted_domains
+    machine.check()
     machine.teardown()
 
 
 def test_the_foreign_look_alikes_slice_is_refused() -> None:
     machine = SliceScope()
-    machine.child_created(position=FOREIGN_POSITION, role="prefill")
-    assert machine.api.get(keys.LWS_PLURAL, NS, child_name(FOREIGN_POSITION, "prefill")) is None
+    machine.set_changes("templates edited")  # revision bbbbbbbb
+    machine.create_child(DS, FOREIGN_POSITION[0], "prefill")
+    assert machine.api.get(keys.LWS_PLURAL, NS, child_name(DS, FOREIGN_POSITION, "prefill")) is None
+    machine.check()
+    machine.teardown()
+
+
+def test_a_replica_that_led_before_times_the_fence_from_its_own_sight_of_this_mark() -> None:
+    """Hole 1 of issue 19. Replica a condemns the domain and loses the Lease; b lifts the mark (the slice is back)
+    and condemns the domain again; a pod's webhook read the domain just before b's mark; a leads again. Its
+    first sight of the earlier mark must not make the fence look elapsed."""
+    machine = SliceScope()
+    machine.configured(max(accepted_fences()))
+    running_slice(machine)
+    drained(machine, "a")
+    machine.lease_moves(to="b", deposed="cancelled at once")
+    machine.time_passes(seconds=machine.fence)
+    machine.create_child(DS, 0, "prefill")  # the slice is back under the same name
+    machine.catch_up("b")
+    machine.reconcile_fully("b")
+    assert not machine.is_condemned(DOMAIN)
+    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=ADMISSION_BOUND)  # reads the domain ready
+    drained(machine, "b")
+    machine.lease_moves(to="a", deposed="cancelled at once")
+    machine.catch_up("a")
+    machine.reconcile_fully("a")
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the pod lands
+    machine.check()
+    machine.teardown()
+
+
+def test_a_stale_child_in_the_webhooks_store_does_not_let_a_pod_skip_its_claim() -> None:
+    """Hole 3 of issue 19. The DisaggregatedSet is deleted and created again; the old child LeaderWorkerSet's
+    DELETED event is lost by the webhook replica's watch (a 410), so its store holds the stale child beside the
+    new one of the same name. The new child's pod must still get its claim, or be gated."""
+    machine = SliceScope()
+    running_slice(machine)
+    machine.set_changes("replaced")  # deleted
+    drained(machine, "a")
+    machine.time_passes(seconds=machine.fence)
+    machine.reconcile_fully("a")  # the old domain is deleted...
+    machine.catch_up("a")
+    machine.reconcile_fully("a")  # ...and let go
+    assert machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, DOMAIN) is None
+    machine.set_changes("replaced")  # created again: a new uid
+    machine.create_child(DS, 0, "prefill")
+    webhook = machine.replicas["b"]
+    children = webhook.mirror(keys.LWS_PLURAL)
+    machine.drop(webhook, children, 1, redelivered=False)  # the old child's DELETED event is lost
+    machine.catch_up("b")
+    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=1.0)
+    if machine.pending:
+        machine.persist_named(f"{PREFILL}-0")
+    machine.check()
+    machine.teardown()
+
+
+def test_a_pod_of_a_revision_that_opted_in_keeps_its_claim_after_opt_out() -> None:
+    """Hole 8 of issue 19, for slices: the opt-in is removed (a new revision); a pod of a child LeaderWorkerSet of
+    the old, stamped revision is made again before the rollout drains it. It must not run without its claim."""
+    machine = SliceScope()
+    running_slice(machine)
+    machine.set_changes("opt-in toggled")
+    machine.catch_up("b")
+    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=1.0)
+    if machine.pending:
+        machine.persist_named(f"{PREFILL}-0")
+    machine.check()
+    machine.teardown()
+
+
+def test_no_configurable_fence_lets_a_slice_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
+    """Hole 4 of issue 19, for slices: the shortest fence the configuration accepts must outlast the slowest
+    admission."""
+    machine = SliceScope()
+    machine.configured(min(accepted_fences()))
+    running_slice(machine)
+    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=ADMISSION_BOUND)
+    drained(machine, "a")
+    machine.time_passes(seconds=min(machine.fence, ADMISSION_BOUND - 1.0))
+    machine.reconcile_fully("a")
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the pod lands
+    machine.check()
     machine.teardown()
