@@ -636,7 +636,7 @@ GUARDS: tuple[Guard, ...] = (
         name="a-stamped-revision-keeps-its-claim",
         keeps="no opted-in pod runs without its claim: a leader of a revision upstream recorded stamped, after opt-out",
         path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
-        find="return fresh is not None and revision is not None and await _revision_opted_in(client, stores, fresh, revision)",
+        find="return revision is not None and await _revision_opted_in(client, stores, fresh, revision)",
         replace="return False",
     ),
     Guard(

@@ -202,11 +202,23 @@ def test_with_the_gate_off_any_other_pod_is_admitted_untouched(
     assert admit(api, build.pod(lws), gate_enabled=False) == injection.PodAdmission(patch=[], errors=[])
 
 
-def test_a_pod_of_a_leaderworkerset_of_a_previous_set_of_that_name_is_left_alone() -> None:
+def test_a_pod_of_a_stamped_leaderworkerset_of_a_previous_set_of_that_name_is_refused() -> None:
+    """The child is an orphan the garbage collector is about to delete: its pod would run without the claim its
+    slice's pods carry (found by the slice interleaving model: a set deleted, its children's pods still made)."""
     api = api_with((keys.DS_PLURAL, build.seed_example()))
     lws = build.child(owner_uid="previous-incarnation")
     api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="disaggregatedset-controller")
-    assert admit(api, build.pod(lws)).patch == []
+    with pytest.raises(kopf.AdmissionError, match="which no longer exists") as refused:
+        admit(api, build.pod(lws))
+    assert refused.value.code == 409  # retried by its StatefulSet until the collector deletes it
+
+
+def test_a_pod_of_a_stamped_leaderworkerset_whose_set_is_gone_is_refused() -> None:
+    api = MemoryApi()
+    lws = build.child()
+    api.put(keys.LWS_PLURAL, copy.deepcopy(lws), manager="disaggregatedset-controller")
+    with pytest.raises(kopf.AdmissionError, match="which no longer exists"):
+        admit(api, build.pod(lws))
 
 
 def test_a_pod_is_not_admitted_onto_a_condemned_domain() -> None:

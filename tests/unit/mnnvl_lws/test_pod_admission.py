@@ -41,6 +41,13 @@ def test_a_leader_of_an_opted_in_workload_gets_a_fresh_domain_and_the_gate_even_
     assert admitted.targets == ("vllm",)
 
 
+def test_a_leader_of_a_leaderworkerset_that_is_gone_is_refused_until_its_statefulset_is_collected() -> None:
+    """Its StatefulSet outlives the LeaderWorkerSet until the garbage collector deletes it; a pod it makes from a
+    stamped template would otherwise run without its claim."""
+    with pytest.raises(kopf.AdmissionError, match='LeaderWorkerSet "deepseek-r1" of this pod no longer exists'):
+        admit(MemoryApi(), state.Stores(), build.pod("deepseek-r1-0"))
+
+
 # --- a worker's leader and domain, read afresh ----------------------------------------------------------
 
 DOMAIN = names.replica_domain_name("deepseek-r1", 0, "x7k2b")

@@ -95,10 +95,11 @@ def new_writer(
     fence: float,
     clock: Callable[[], float],
     may_write: Callable[[], bool],
+    term: Callable[[], int],
 ) -> domains.DomainWriter:
     """The one place the model builds a domain writer (as `mnnvl_runtime.reconciling` does)."""
     return domains.DomainWriter(
-        client, component=component, scope=scope, fence_seconds=fence, clock=clock, may_write=may_write
+        client, component=component, scope=scope, fence_seconds=fence, clock=clock, may_write=may_write, term=term
     )
 
 
@@ -173,6 +174,8 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         #: Webhook answers to a workload that did not opt in which refused or changed it.
         self.plain_refusals: list[str] = []
         self.replicas: dict[str, Replica[StoresT, ExecutorT]] = {}
+        #: Per replica process: the Lease term it leads in (`LeaderElector.term`), counted up each time it leads.
+        self.terms: dict[str, int] = {}
 
     def teardown(self) -> None:
         # Guide the search towards runs that get far: domain writes landed, late ones above all, deletions.
@@ -195,10 +198,12 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         for name in REPLICAS:
             self._start(name, watch_from=0)
         self.api.leader = REPLICAS[0]
+        self.terms[REPLICAS[0]] += 1
 
     def _start(self, name: str, *, watch_from: int) -> None:
         """A (re)started process remembers nothing; its watches read from `watch_from` on."""
         client = self.api.client(self.component, sender=name)
+        self.terms[name] = 0  # a new process's elector counts its terms afresh
 
         def may_write() -> bool:
             return self.api.leader == name
@@ -210,6 +215,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             fence=self.fence,
             clock=lambda: self.now,
             may_write=may_write,
+            term=lambda: self.terms[name],
         )
         found = self.new_stores()
         self.replicas[name] = Replica(
@@ -223,9 +229,9 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
 
     def on_lease_change(self, replica: Replica[StoresT, ExecutorT], leading: bool) -> None:
         """What the process's elector tells its components (`LeaderElector.on_change`); a scope adds its own.
-
-        Today's domain writer listens to nothing (hole 1 of issue 19: it keeps first sights of marks across Lease
-        terms); a writer that forgets them on a Lease change is to be told here, the one place of the model."""
+        A replica that starts leading starts a new term: its writer trusts no sight of a mark from an earlier one."""
+        if leading:
+            self.terms[replica.name] += 1
 
     @initialize(fence=st.sampled_from(accepted_fences()))
     def configured(self, fence: float) -> None:

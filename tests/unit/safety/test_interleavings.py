@@ -22,7 +22,9 @@ its own leader incarnation (the one its StatefulSet names) recorded: a group nev
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
+import json
 from typing import Any
 
 import jsonpatch
@@ -67,6 +69,11 @@ def controller(meta: Object) -> dict[str, Any] | None:
 def plan_of(stores: state.Stores, key: tuple[str, str]) -> tuple[planner.Snapshot, Any]:
     snapshot = stores.snapshot(*key, gate_enabled=True)
     return snapshot, planner.plan(snapshot)
+
+
+def template_hash(template: Object) -> str:
+    """A template revision's hash, as upstream labels its pods and ControllerRevisions with it."""
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
 
 
 class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
@@ -116,13 +123,47 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
             stored = self.api.put(keys.LWS_PLURAL, mutated, manager="kubectl")
             if name == LWS:
                 self.group_templates = {g: copy.deepcopy(mutated["spec"]["leaderWorkerTemplate"]) for g in GROUPS}
+            self._record_revision(stored)
             return stored
 
         def change(current: Object) -> None:
             current["metadata"]["annotations"] = mutated["metadata"]["annotations"]
             current["spec"] = mutated["spec"]
 
-        return self.api.update(keys.LWS_PLURAL, NS, name, change)
+        updated = self.api.update(keys.LWS_PLURAL, NS, name, change)
+        self._record_revision(updated)
+        return updated
+
+    def _record_revision(self, lws: Object) -> None:
+        """What upstream's controller does on a new template: a ControllerRevision controlled by the
+        LeaderWorkerSet, labelled with the template's hash, holding the template (never changed afterwards)."""
+        meta, template = lws["metadata"], lws["spec"]["leaderWorkerTemplate"]
+        revision_hash = template_hash(template)
+        known = (
+            r
+            for r in self.api.all("controllerrevisions")
+            if r["metadata"]["labels"][keys.LWS_TEMPLATE_REVISION_HASH_LABEL] == revision_hash
+            and r["metadata"]["ownerReferences"][0]["uid"] == meta["uid"]
+        )
+        if next(known, None) is not None:
+            return
+        owner = {
+            "apiVersion": keys.LWS_API_VERSION,
+            "kind": "LeaderWorkerSet",
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+        }
+        revision = {
+            "metadata": {
+                "name": f"{meta['name']}-{revision_hash}-{meta['resourceVersion']}",
+                "namespace": NS,
+                "labels": {keys.LWS_NAME_LABEL: meta["name"], keys.LWS_TEMPLATE_REVISION_HASH_LABEL: revision_hash},
+                "ownerReferences": [owner],
+            },
+            "data": {"spec": {"leaderWorkerTemplate": copy.deepcopy(template)}},
+        }
+        self.api.put("controllerrevisions", revision, manager="lws-manager")
 
     @rule(
         change=st.sampled_from(
@@ -163,16 +204,29 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
     # --- pods, as LWS, its StatefulSets and the API server's admission make them -----------------------
 
     def _make(
-        self, name: str, template: Object, *, extra: Object, owner: Object, gpu: bool, via: int, latency: float
+        self,
+        name: str,
+        template: Object,
+        *,
+        revision: str,
+        extra: Object,
+        owner: Object,
+        gpu: bool,
+        via: int,
+        latency: float,
     ) -> None:
-        """A pod made from `template`: our pod webhook (of replica `via`) sees it only when the template was
-        stamped (its objectSelector); any other is created as it is."""
+        """A pod made from `template` of the template revision `revision`: our pod webhook (of replica `via`)
+        sees it only when the template was stamped (its objectSelector); any other is created as it is."""
         meta = template.get("metadata") or {}
         body: Object = {
             "metadata": {
                 "name": name,
                 "namespace": NS,
-                "labels": {**(meta.get("labels") or {}), keys.LWS_NAME_LABEL: LWS},
+                "labels": {
+                    **(meta.get("labels") or {}),
+                    keys.LWS_NAME_LABEL: LWS,
+                    keys.LWS_TEMPLATE_REVISION_HASH_LABEL: revision,
+                },
                 "annotations": {**(meta.get("annotations") or {}), **extra},
                 "ownerReferences": [owner],
             },
@@ -207,6 +261,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         self._make(
             f"{LWS}-{group}",
             self.group_templates[group]["leaderTemplate"],
+            revision=template_hash(self.group_templates[group]),
             extra={},
             owner=owner,
             gpu=gpu,
@@ -241,6 +296,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         self._make(
             f"{LWS}-{group}-1",
             self.made_from[statefulset["metadata"]["uid"]]["workerTemplate"],
+            revision=template_hash(self.made_from[statefulset["metadata"]["uid"]]),
             extra={keys.LWS_LEADER_NAME_ANNOTATION: f"{LWS}-{group}"},
             owner=owner,
             gpu=True,

@@ -99,6 +99,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
         self._start_replicas()
 
     def on_lease_change(self, replica: Any, leading: bool) -> None:
+        super().on_lease_change(replica, leading)
         replica.executor.retries.on_lease_change(leading)
 
     # --- DisaggregatedSets, through the real webhooks --------------------------------------------------------

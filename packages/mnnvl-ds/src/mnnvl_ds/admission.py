@@ -196,8 +196,15 @@ async def _slice_workload(
         if workload is not None:
             return stored, workload
     child = await _fresh_child(client, namespace, lws_name)
-    workload = await _opted_in_workload(client, stores, namespace, child) if child and child.slice_scope else None
-    return None if child is None or workload is None else (child, workload)
+    if child is None or not child.slice_scope:
+        return None
+    workload = await _opted_in_workload(client, stores, namespace, child)
+    if workload is None:
+        # Stamped for the slice scope, yet its DisaggregatedSet is gone (or another incarnation holds the name):
+        # an orphan the garbage collector is about to delete. Its pod would run without the claim its slice's
+        # pods carry, so it is refused until the collector removes its LeaderWorkerSet.
+        raise admission.retry(decisions.orphan_pod_refusal(lws_name, child.ds_name))
+    return child, workload
 
 
 async def _fresh_child(client: kube.Api, namespace: str, lws_name: str) -> planner.Child | None:

@@ -307,3 +307,12 @@ def admit_pod(pod: Mapping[str, Any], *, domain: str, domain_ready: bool) -> inj
         )
         return injection.PodAdmission(patch=[], errors=[errors.invalid(path, recorded, detail)])
     return injection.join_domain(pod, domain=domain, gate=not domain_ready)
+
+
+def orphan_pod_refusal(lws: str, ds: str) -> str:
+    """Why a pod of a slice-scope LeaderWorkerSet whose DisaggregatedSet is gone is not created."""
+    return (
+        f'LeaderWorkerSet "{lws}" was made for DisaggregatedSet "{ds}", which no longer exists (or was made again '
+        "under its name): its pods would lack the slice's channel claim, so none is created until the garbage "
+        "collector deletes the LeaderWorkerSet"
+    )

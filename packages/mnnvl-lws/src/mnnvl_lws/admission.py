@@ -136,10 +136,17 @@ async def _opted_in(client: kube.Api, stores: state.Stores, namespace: str, lws:
     if known is not None and known.opted_in:
         return True
     fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, lws, namespace=namespace)
-    annotations = ((fresh or {}).get("metadata") or {}).get("annotations") or {}
+    if fresh is None:
+        # Stamped for the replica scope, yet its LeaderWorkerSet is gone: its StatefulSet is about to be deleted by
+        # the garbage collector, and its pod would run without the claim.
+        raise admission.retry(
+            f'LeaderWorkerSet "{lws}" of this pod no longer exists: no pod of it is created until the garbage '
+            "collector deletes its StatefulSets"
+        )
+    annotations = (fresh.get("metadata") or {}).get("annotations") or {}
     if opt_in.is_opted_in(annotations, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION):
         return True
-    return fresh is not None and revision is not None and await _revision_opted_in(client, stores, fresh, revision)
+    return revision is not None and await _revision_opted_in(client, stores, fresh, revision)
 
 
 def _revision_of(pod: dict[str, Any]) -> str | None:
