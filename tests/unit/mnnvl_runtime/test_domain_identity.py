@@ -34,7 +34,7 @@ class Reviews(MemoryClient):
     """Answers SelfSubjectReviews as the API server does, naming `user`; counts them."""
 
     def __init__(self, user: str) -> None:
-        super().__init__(MemoryApi(), keys.LWS_CONTROLLER)
+        super().__init__(MemoryApi(), keys.LWS_CONTROLLER, sender="")
         self.user = user
         self.asked = 0
 

@@ -221,7 +221,7 @@ class SlowList(MemoryClient):
     """Every page of a list takes a second of the cluster's clock."""
 
     def __init__(self, cluster: Cluster) -> None:
-        super().__init__(cluster.api, keys.LWS_CONTROLLER)
+        super().__init__(cluster.api, keys.LWS_CONTROLLER, sender="")
         self.cluster = cluster
 
     async def alist_page(self, api_version: str, plural: str, **kwargs: Any) -> kube.Page:
