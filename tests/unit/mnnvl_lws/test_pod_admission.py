@@ -149,6 +149,8 @@ def test_a_leader_whose_record_was_edited_after_admission_cannot_steer_its_worke
     with pytest.raises(kopf.AdmissionError, match="it was changed after admission") as refused:
         admit(api, state.Stores(), worker)
     assert f'leader pod "deepseek-r1-0" ({recorded or "missing"})' in str(refused.value)
+
+
 def opted_out() -> tuple[MemoryApi, str]:
     """An LWS that opted out (a new, unstamped revision "new" rolls), and its uid; upstream recorded "new"."""
     api = api_with(build.lws())

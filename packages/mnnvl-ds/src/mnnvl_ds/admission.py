@@ -15,7 +15,7 @@ import kopf
 
 from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, enrollment, injection, ownership
-from mnnvl_runtime import admission, kube, operator, webhooks
+from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
 
@@ -24,7 +24,6 @@ DS = (keys.DS_GROUP, keys.DS_VERSION, keys.DS_PLURAL)
 LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 
 AVAILABILITY = admission.ApiAvailability()
-OWN_USER = admission.OwnUser()
 
 
 @kopf.on.mutate(*DS, id="mutate-disaggregatedset", registry=state.registry)
@@ -94,25 +93,7 @@ async def child_errors(
     )
 
 
-# async: it asks afresh, once, which user this process is.
-@kopf.on.validate(
-    keys.COMPUTE_DOMAIN_GROUP,
-    keys.COMPUTE_DOMAIN_VERSION,
-    keys.COMPUTE_DOMAIN_PLURAL,
-    id=webhooks.DOMAIN_IDENTITY_WEBHOOK,
-    registry=state.registry,
-)
-async def validate_computedomain(body: kopf.Body, memo: Any, userinfo: kopf.UserInfo, **kwargs: Any) -> None:
-    old: kopf.Body | None = kwargs.get("old")
-    await admission.refuse_impersonation(
-        planner.MANAGER,
-        operator.context_of(memo).client,
-        OWN_USER,
-        operation=kwargs.get("operation"),
-        requester=str(userinfo.get("username") or ""),
-        body=dict(body),
-        old=dict(old) if old else None,
-    )
+admission.register_domain_identity(state.registry, planner.MANAGER)
 
 
 # async: it reads the watch stores, which only the event loop thread may touch.

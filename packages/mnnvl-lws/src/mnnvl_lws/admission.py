@@ -14,7 +14,7 @@ import kopf
 
 from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, injection, opt_in, ownership, references
-from mnnvl_runtime import admission, kube, operator, webhooks
+from mnnvl_runtime import admission, kube, operator
 
 from . import decisions, planner, state
 
@@ -23,7 +23,6 @@ LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 
 
 AVAILABILITY = admission.ApiAvailability()
-OWN_USER = admission.OwnUser()
 
 
 @kopf.on.mutate(*LWS, id="mutate-leaderworkerset", registry=state.registry)
@@ -50,25 +49,7 @@ def validate_leaderworkerset(body: kopf.Body, memo: Any, warnings: list[str], **
     admission.validate_workload("validate-leaderworkerset", kwargs.get("operation"), warnings, check)
 
 
-# async: it asks afresh, once, which user this process is.
-@kopf.on.validate(
-    keys.COMPUTE_DOMAIN_GROUP,
-    keys.COMPUTE_DOMAIN_VERSION,
-    keys.COMPUTE_DOMAIN_PLURAL,
-    id=webhooks.DOMAIN_IDENTITY_WEBHOOK,
-    registry=state.registry,
-)
-async def validate_computedomain(body: kopf.Body, memo: Any, userinfo: kopf.UserInfo, **kwargs: Any) -> None:
-    old: kopf.Body | None = kwargs.get("old")
-    await admission.refuse_impersonation(
-        planner.MANAGER,
-        operator.context_of(memo).client,
-        OWN_USER,
-        operation=kwargs.get("operation"),
-        requester=str(userinfo.get("username") or ""),
-        body=dict(body),
-        old=dict(old) if old else None,
-    )
+admission.register_domain_identity(state.registry, planner.MANAGER)
 
 
 # async: it reads the watch stores, which only the event loop thread may touch (LWS handlers above run in

@@ -157,6 +157,32 @@ async def refuse_impersonation(
             raise kopf.AdmissionError(refusal, code=403)
 
 
+def register_domain_identity(registry: kopf.OperatorRegistry, manager: str) -> None:
+    """Registers on `registry` the ComputeDomain identity webhook (`refuse_impersonation`) of the controller whose
+    field manager is `manager`."""
+    own_user = OwnUser()
+
+    # async: it asks afresh, once, which user this process is.
+    @kopf.on.validate(
+        keys.COMPUTE_DOMAIN_GROUP,
+        keys.COMPUTE_DOMAIN_VERSION,
+        keys.COMPUTE_DOMAIN_PLURAL,
+        id=webhooks.DOMAIN_IDENTITY_WEBHOOK,
+        registry=registry,
+    )
+    async def validate_computedomain(body: kopf.Body, memo: Any, userinfo: kopf.UserInfo, **kwargs: Any) -> None:
+        old: kopf.Body | None = kwargs.get("old")
+        await refuse_impersonation(
+            manager,
+            operator.context_of(memo).client,
+            own_user,
+            operation=kwargs.get("operation"),
+            requester=str(userinfo.get("username") or ""),
+            body=dict(body),
+            old=dict(old) if old else None,
+        )
+
+
 def retry(message: str) -> kopf.AdmissionError:
     """A refusal of a pod that its creator (a StatefulSet) retries, and that a later try gets past."""
     log.info("admission deferred", extra={"reason": message})
