@@ -219,7 +219,9 @@ def up(
     built = time.monotonic()
     state_dir.mkdir(parents=True, exist_ok=True)
     supervisor = processes.Supervisor(state_dir)
-    for stale in ("etcd-data", "logs"):
+    # A new cluster: nothing of the last one's data, logs or installed release (its controllers' blocks, written by
+    # whatever version of the chart ran then, describe controllers that no longer run).
+    for stale in ("etcd-data", "logs", "controllers"):
         shutil.rmtree(state_dir / stale, ignore_errors=True)
     pki_dir = state_dir / "pki"
     ca = certs.ensure_ca(pki_dir)
