@@ -18,7 +18,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, controllers, processes, testing
+from mnnvl_testbed import cluster, controllers, processes, release, testing
 
 from . import workloads
 
@@ -243,13 +243,21 @@ def delete_victim_and_see_its_domain_deleted(api: kube.Kube, ns: str, real: str,
     )
 
 
-def guardian_caught_up(api: kube.Kube, ns: str) -> None:
+def as_mnnvl_ds(testbed: cluster.Testbed, api: kube.Kube) -> kube.Kube:
+    """A client writing as mnnvl-ds: as its own ServiceAccount while mnnvl-ds is installed (its identity webhook
+    refuses a write as its field manager by anyone else), else as the admin."""
+    if release.BLOCKS[keys.DS_CONTROLLER] not in release.installed_blocks(testbed):
+        return kube.Kube(api.api, field_manager=keys.DS_CONTROLLER)
+    kubeconfig = release.service_account_kubeconfig(testbed, release.rendered(testbed), keys.DS_CONTROLLER)
+    return kube.Kube(kube.load_api_client(kubeconfig), field_manager=keys.DS_CONTROLLER)
+
+
+def guardian_caught_up(testbed: cluster.Testbed, api: kube.Kube, ns: str) -> None:
     """A positive sign that the guardian has handled every ComputeDomain event before now: a probe domain made
-    now, with the identity of an mnnvl scope controller (mnnvl-ds, which does not run here, so only the guardian
-    acts on it), gets the protection finalizer from the guardian and, once deleted, is released by it."""
+    now, with the identity of an mnnvl scope controller (mnnvl-ds, whose workload it names does not exist), gets
+    the protection finalizer from the guardian and, once deleted, is released by it."""
     name = f"guardian-probe-{uuid.uuid4().hex[:5]}"
-    as_mnnvl_ds = kube.Kube(api.api, field_manager=keys.DS_CONTROLLER)
-    as_mnnvl_ds.create(
+    as_mnnvl_ds(testbed, api).create(
         {
             "apiVersion": workloads.CD_API,
             "kind": keys.COMPUTE_DOMAIN_KIND,
@@ -280,13 +288,15 @@ def guardian_caught_up(api: kube.Kube, ns: str) -> None:
     )
 
 
-def test_a_foreign_domain_relabelled_as_ours_is_never_deleted_condemned_or_protected(api: kube.Kube, ns: str) -> None:
+def test_a_foreign_domain_relabelled_as_ours_is_never_deleted_condemned_or_protected(
+    testbed: cluster.Testbed, api: kube.Kube, ns: str
+) -> None:
     """A foreign ComputeDomain relabelled with mnnvl's labels is never deleted, condemned or protected."""
     lws, real = running_victim(api, ns)
     foreign = "victim-0-bbbbb"
     labelled = relabelled_as_ours(api, ns, foreign, lws)
     delete_victim_and_see_its_domain_deleted(api, ns, real, foreign)
-    guardian_caught_up(api, ns)
+    guardian_caught_up(testbed, api, ns)
     after = get_domain(api, ns, foreign)
     assert after is not None
     assert untouched_by_mnnvl_lws(after)
@@ -296,7 +306,9 @@ def test_a_foreign_domain_relabelled_as_ours_is_never_deleted_condemned_or_prote
     assert set(workloads.domains(api, ns)) == {foreign}
 
 
-def test_a_foreign_domain_relabelled_as_ours_and_deleted_is_never_released(api: kube.Kube, ns: str) -> None:
+def test_a_foreign_domain_relabelled_as_ours_and_deleted_is_never_released(
+    testbed: cluster.Testbed, api: kube.Kube, ns: str
+) -> None:
     """A foreign ComputeDomain relabelled with mnnvl's labels, carrying the protection finalizer and deleted, is never released by mnnvl."""
     lws, real = running_victim(api, ns)
     foreign = "victim-0-ccccc"
@@ -321,7 +333,7 @@ def test_a_foreign_domain_relabelled_as_ours_and_deleted_is_never_released(api: 
             timeout=30,
         )
         delete_victim_and_see_its_domain_deleted(api, ns, real, foreign)
-        guardian_caught_up(api, ns)
+        guardian_caught_up(testbed, api, ns)
         after = get_domain(api, ns, foreign)
         assert after is not None
         assert after["metadata"].get("deletionTimestamp")
