@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,20 +97,6 @@ def all_but(testbed: cluster.Testbed, kept: str) -> list[str]:
 # --- only the guardian ----------------------------------------------------------------------------------------
 
 
-def domain_manifest(ns: str, name: str, manager: str) -> dict[str, Any]:
-    """A ComputeDomain labelled as `manager` labels the domains it creates."""
-    return {
-        "apiVersion": workloads.CD_API,
-        "kind": keys.COMPUTE_DOMAIN_KIND,
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {keys.OWNER_UID_LABEL: str(uuid.uuid4()), keys.MANAGED_BY_LABEL: manager},
-        },
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-    }
-
-
 def finalizer_managers(domain: kube.Object) -> set[str]:
     """The field managers that set the protection finalizer, as `managedFields` records them."""
     key = f'v:"{keys.PROTECTION_FINALIZER}"'
@@ -128,9 +113,9 @@ def test_only_the_guardian_protects_the_domains_lws_creates(restored: cluster.Te
     uninstall(restored, *all_but(restored, GUARDIAN))
     controllers.start(restored, GUARDIAN, gate=True)
     assert set(release.installed_blocks(restored)) == {"guardian"}
-    lookalike = api.create(domain_manifest(ns, "lookalike", LWS), keys.COMPUTE_DOMAIN_PLURAL)
+    lookalike = api.create(workloads.domain_labelled_as(ns, "lookalike", LWS), keys.COMPUTE_DOMAIN_PLURAL)
     as_lws = kube.Kube(kube.load_api_client(restored.kubeconfig), field_manager=LWS)
-    as_lws.create(domain_manifest(ns, "by-lws", LWS), keys.COMPUTE_DOMAIN_PLURAL)
+    as_lws.create(workloads.domain_labelled_as(ns, "by-lws", LWS), keys.COMPUTE_DOMAIN_PLURAL)
     path = kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name="by-lws")
 
     def protected() -> kube.Object | None:

@@ -257,23 +257,9 @@ def guardian_caught_up(testbed: cluster.Testbed, api: kube.Kube, ns: str) -> Non
     now, with the identity of an mnnvl scope controller (mnnvl-ds, whose workload it names does not exist), gets
     the protection finalizer from the guardian and, once deleted, is released by it."""
     name = f"guardian-probe-{uuid.uuid4().hex[:5]}"
-    as_mnnvl_ds(testbed, api).create(
-        {
-            "apiVersion": workloads.CD_API,
-            "kind": keys.COMPUTE_DOMAIN_KIND,
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {
-                    keys.OWNER_UID_LABEL: str(uuid.uuid4()),
-                    keys.MANAGED_BY_LABEL: keys.DS_CONTROLLER,
-                    keys.WORKLOAD_NAME_LABEL: "guardian-probe",
-                },
-            },
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-        },
-        keys.COMPUTE_DOMAIN_PLURAL,
-    )
+    probe = workloads.domain_labelled_as(ns, name, keys.DS_CONTROLLER)
+    probe["metadata"]["labels"][keys.WORKLOAD_NAME_LABEL] = "guardian-probe"
+    as_mnnvl_ds(testbed, api).create(probe, keys.COMPUTE_DOMAIN_PLURAL)
     testing.wait_for(
         lambda: (
             keys.PROTECTION_FINALIZER
@@ -587,20 +573,6 @@ def test_a_rollout_started_while_mnnvl_ds_is_down_goes_on_once_it_is_back(
     assert datetime.datetime.fromisoformat(asked) >= restarted_at
 
 
-def labelled_as(ns: str, name: str, manager: str) -> dict[str, Any]:
-    """A ComputeDomain carrying the labels `manager` puts on the domains it creates."""
-    return {
-        "apiVersion": workloads.CD_API,
-        "kind": keys.COMPUTE_DOMAIN_KIND,
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {keys.OWNER_UID_LABEL: str(uuid.uuid4()), keys.MANAGED_BY_LABEL: manager},
-        },
-        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
-    }
-
-
 @pytest.mark.parametrize("manager", [keys.LWS_CONTROLLER, keys.DS_CONTROLLER])
 def test_nobody_but_a_controller_writes_a_domain_as_its_field_manager(
     testbed: cluster.Testbed, api: kube.Kube, ns: str, manager: str
@@ -609,7 +581,7 @@ def test_nobody_but_a_controller_writes_a_domain_as_its_field_manager(
     that controller made (docs/protection.md): its identity webhook refuses the write. The same labels written
     under one's own field manager are let through: such a domain is not ours, and mnnvl leaves it alone."""
     as_us = kube.Kube(kube.load_api_client(testbed.kubeconfig), field_manager=manager)
-    manifest = labelled_as(ns, "spoofed", manager)
+    manifest = workloads.domain_labelled_as(ns, "spoofed", manager)
     status, message = admission_refusal(lambda: as_us.create(manifest, keys.COMPUTE_DOMAIN_PLURAL))
     assert status == 403, message
     assert f'may write a ComputeDomain as field manager "{manager}", not user "' in message, message

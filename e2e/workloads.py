@@ -6,6 +6,7 @@ import copy
 import json
 import pathlib
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -390,3 +391,17 @@ def create_ds_with_warnings(api: kube.Kube, ns: str, manifest: dict[str, Any]) -
 
 def events(api: kube.Kube, ns: str, reason: str) -> list[kube.Object]:
     return api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={reason}")
+
+
+def domain_labelled_as(ns: str, name: str, manager: str) -> dict[str, Any]:
+    """A ComputeDomain carrying the labels `manager` puts on the domains it creates (a fresh owner UID)."""
+    return {
+        "apiVersion": CD_API,
+        "kind": keys.COMPUTE_DOMAIN_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {keys.OWNER_UID_LABEL: str(uuid.uuid4()), keys.MANAGED_BY_LABEL: manager},
+        },
+        "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
+    }
