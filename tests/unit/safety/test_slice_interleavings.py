@@ -312,6 +312,16 @@ def running_slice(machine: SliceScope) -> None:
     assert machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, DOMAIN) is not None
 
 
+def a_prefill_pod_lands_through_replica_b(machine: SliceScope) -> None:
+    """A GPU pod of the prefill child admitted by replica b's webhook lands at once (unless refused), then every
+    invariant is checked."""
+    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=1.0)
+    if machine.pending:
+        machine.persist_named(f"{PREFILL}-0")
+    machine.check()
+    machine.teardown()
+
+
 def drained(machine: SliceScope, name: str) -> None:
     """The slice's LeaderWorkerSet is drained; replica `name`, leading, sees it and condemns the domain."""
     machine.delete_child(PREFILL)
@@ -398,11 +408,7 @@ def test_a_stale_child_in_the_webhooks_store_does_not_let_a_pod_skip_its_claim()
     children = webhook.mirror(keys.LWS_PLURAL)
     machine.drop(webhook, children, 1, redelivered=False)  # the old child's DELETED event is lost
     machine.catch_up("b")
-    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=1.0)
-    if machine.pending:
-        machine.persist_named(f"{PREFILL}-0")
-    machine.check()
-    machine.teardown()
+    a_prefill_pod_lands_through_replica_b(machine)
 
 
 def test_a_pod_of_a_revision_that_opted_in_keeps_its_claim_after_opt_out() -> None:
@@ -412,11 +418,7 @@ def test_a_pod_of_a_revision_that_opted_in_keeps_its_claim_after_opt_out() -> No
     running_slice(machine)
     machine.set_changes("opt-in toggled")
     machine.catch_up("b")
-    machine.begin_pod_of(PREFILL, gpu=True, via=1, latency=1.0)
-    if machine.pending:
-        machine.persist_named(f"{PREFILL}-0")
-    machine.check()
-    machine.teardown()
+    a_prefill_pod_lands_through_replica_b(machine)
 
 
 def test_no_configurable_fence_lets_a_slice_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
