@@ -13,6 +13,10 @@ from __future__ import annotations
 import dataclasses
 
 
+#: The property suite whose failure proves a guard matters.
+PROPERTY_SUITE = "tests/unit/safety"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Guard:
     #: Short identifier, kebab-case, unique.
@@ -25,6 +29,10 @@ class Guard:
     find: str
     #: The text with the guard removed.
     replace: str
+    #: The property tests (paths under the repository, files or pytest node ids) that must catch the removal: the
+    #: whole property suite unless a narrower model is named, so that a guard run costs only the models that
+    #: exercise the guard.
+    suite: tuple[str, ...] = (PROPERTY_SUITE,)
 
 
 RUNTIME = "packages/mnnvl-runtime/src/mnnvl_runtime"

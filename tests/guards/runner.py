@@ -21,11 +21,9 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
-from .catalogue import Guard
+from .catalogue import PROPERTY_SUITE, Guard
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-#: The property suite whose failure proves a guard matters.
-PROPERTY_SUITE = "tests/unit/safety"
 #: The plugin that keeps only the suite's property (Hypothesis) tests and makes their runs reproducible.
 PROPERTIES_ONLY = "tests.guards.properties_only"
 #: Longest run of the suite on one mutation; a mutation that makes it hang is reported as such.
@@ -141,14 +139,17 @@ def suite_environment(root: Path) -> dict[str, str]:
     return env
 
 
-def run_properties(root: Path, *, timeout: float = TIMEOUT_SECONDS) -> Verdict:
-    """Runs the property suite of the copy at `root` (stopping at the first failure) and judges the run."""
+def run_properties(
+    root: Path, *, suite: tuple[str, ...] = (PROPERTY_SUITE,), timeout: float = TIMEOUT_SECONDS
+) -> Verdict:
+    """Runs the property tests `suite` names (by default the whole property suite) of the copy at `root`, stopping
+    at the first failure, and judges the run."""
     report = root / "guards-report.xml"
     command = [
         sys.executable,
         "-m",
         "pytest",
-        PROPERTY_SUITE,
+        *suite,
         "-x",
         "-q",
         "-p",

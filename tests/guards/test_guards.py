@@ -39,7 +39,7 @@ def test_the_suite_imports_the_mutated_copy(tmp_path: Path) -> None:
 def test_removing_the_guard_fails_a_property_test(guard: Guard, tmp_path: Path) -> None:
     root = runner.scratch_copy(tmp_path)
     runner.apply(guard, root)
-    verdict = runner.run_properties(root)
+    verdict = runner.run_properties(root, suite=guard.suite)
     if verdict.outcome is runner.Outcome.MISSED:
         pytest.fail(f"finding: no property test notices the removal of {guard.name} ({guard.keeps})", pytrace=False)
     assert verdict.outcome is runner.Outcome.CAUGHT, f"{guard.name}: the run could not judge the guard\n" + _explained(

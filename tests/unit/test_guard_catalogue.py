@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.guards import runner
-from tests.guards.catalogue import GUARDS, Guard
+from tests.guards.catalogue import GUARDS, PROPERTY_SUITE, Guard
 
 KEBAB = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
@@ -28,6 +28,15 @@ def test_each_mutation_applies_exactly_once_and_leaves_valid_python(guard: Guard
     assert changed != text
     if guard.path.endswith(".py"):
         ast.parse(changed, filename=guard.path)
+
+
+@pytest.mark.parametrize("guard", GUARDS, ids=[guard.name for guard in GUARDS])
+def test_each_guard_names_property_tests_of_the_suite(guard: Guard) -> None:
+    assert guard.suite, "name the property tests that must catch the removal"
+    for test in guard.suite:
+        path = test.partition("::")[0]
+        assert path.startswith(PROPERTY_SUITE), f"{test} is not in the property suite {PROPERTY_SUITE}"
+        assert (runner.REPOSITORY / path).exists(), f"{path} does not exist"
 
 
 def test_a_mutation_whose_text_is_not_there_exactly_once_is_refused() -> None:
