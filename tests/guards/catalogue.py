@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 #: The property suite whose failure proves a guard matters.
 PROPERTY_SUITE = "tests/unit/safety"
 
