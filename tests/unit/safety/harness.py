@@ -290,6 +290,23 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
         self.settle()
 
+    @precondition(lambda self: self._may_reconcile())
+    @rule(catch_up=st.booleans())
+    def leader_settles(self, catch_up: bool) -> None:
+        """A quiet spell: the Lease holder, having read every event first or not, reconciles every workload it
+        knows, each write landing answered (`reconcile_fully`). The coarse step that takes the protocol forward
+        (a domain created, a gate lifted, a mark set, the fence's end, a delete) in one go, so that the search
+        reaches deep chains, while the fine-grained rules interleave what can go wrong between them."""
+        assert self.api.leader is not None
+        if catch_up:
+            self.catch_up(self.api.leader)
+        self.reconcile_fully(self.api.leader)
+
+    @rule(index=st.integers(0, len(REPLICAS) - 1))
+    def replica_catches_up(self, index: int) -> None:
+        """Every watch stream of one replica delivers all it has not delivered yet."""
+        self.catch_up(REPLICAS[index])
+
     def settle(self) -> None:
         """Let every task run until it waits for a request in flight, then collect the passes that ended."""
 
@@ -393,14 +410,13 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             del replica.lists[plural]
 
     def catch_up(self, name: str) -> None:
-        """For scripted scenarios: every watch stream of replica `name` delivers everything."""
+        """Every watch stream of replica `name` delivers everything."""
         replica = self.replicas[name]
         for mirror in replica.stores.mirrors:
             self.deliver(replica, mirror, 1000)
 
     def reconcile_fully(self, name: str) -> None:
-        """For scripted scenarios: replica `name`, leading, reconciles every workload it knows, every write
-        landing answered."""
+        """Replica `name`, leading, reconciles every workload it knows, every write landing answered."""
         replica = self.replicas[name]
         assert self.api.leader == name
         for key in replica.stores.workload_keys():

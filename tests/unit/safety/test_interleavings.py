@@ -29,7 +29,7 @@ from typing import Any
 
 import jsonpatch
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import opt_in, references
@@ -369,6 +369,29 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         else:
             self._delete_pod(name)
 
+    # --- where a run starts -------------------------------------------------------------------------------
+
+    @initialize(running=st.integers(0, len(GROUPS)), gpu_leader=st.booleans())
+    def groups_running(self, running: int, gpu_leader: bool) -> None:
+        """The run starts from a quiet cluster, or with the first `running` groups running (made by the model's
+        own steps, `group_runs`): the search then spends its steps on what happens to running groups."""
+        for group in GROUPS[:running]:
+            self.group_runs(group, gpu_leader=gpu_leader)
+
+    def group_runs(self, group: int, *, gpu_leader: bool) -> str:
+        """The group's leader persisted, its StatefulSet and its domain created by replica a (leading), every
+        store caught up; returns the domain."""
+        assert self.api.leader == REPLICAS[0]
+        self.begin_leader_of(group, gpu=gpu_leader, via=0, latency=1.0)
+        self.persist_named(f"{LWS}-{group}")
+        self.statefulset_of(group)
+        self.catch_up(REPLICAS[0])
+        self.reconcile_fully(REPLICAS[0])
+        for name in REPLICAS:
+            self.catch_up(name)
+        (domain,) = domains_of_group(self, group)
+        return domain
+
     # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
     @invariant()
@@ -410,17 +433,8 @@ def domains_of_group(machine: ReplicaScope, group: int) -> list[str]:
 
 
 def running_group(machine: ReplicaScope, *, gpu_leader: bool) -> str:
-    """Group 0 with its leader persisted, its StatefulSet and its domain created, every store caught up; returns
-    the domain."""
-    machine.begin_leader_of(0, gpu=gpu_leader, via=0, latency=1.0)
-    machine.persist_named(f"{LWS}-0")
-    machine.statefulset_of(0)
-    machine.catch_up("a")
-    machine.reconcile_fully("a")
-    machine.catch_up("a")
-    machine.catch_up("b")
-    (domain,) = domains_of_group(machine, 0)
-    return domain
+    """Group 0 running (`ReplicaScope.group_runs`); returns its domain."""
+    return machine.group_runs(0, gpu_leader=gpu_leader)
 
 
 def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_delete() -> None:

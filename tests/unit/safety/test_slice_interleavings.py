@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonpatch
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import opt_in, references
@@ -269,6 +269,36 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
             self._pod_fails(name)
         else:
             self.api.delete("pods", NS, name)
+
+    # --- where a run starts -------------------------------------------------------------------------------
+
+    @initialize(running=st.integers(0, len(SLICES)), with_pods=st.booleans())
+    def slices_running(self, running: int, with_pods: bool) -> None:
+        """The run starts from a quiet cluster, or with the first `running` slices running (made by the model's
+        own steps, `slice_runs`), their pods admitted or not: the search then spends its steps on what happens to
+        running slices."""
+        for slice_index in SLICES[:running]:
+            self.slice_runs(slice_index, with_pods=with_pods)
+
+    def slice_runs(self, slice_index: int, *, with_pods: bool) -> None:
+        """Every role's child LeaderWorkerSet of the slice at the current revision, the slice's domain created by
+        replica a (leading), its GPU pods (if `with_pods`) admitted and landed, every store caught up."""
+        assert self.api.leader == REPLICAS[0]
+        for role in ROLES:
+            self.create_child(DS, slice_index, role)
+        self.catch_up(REPLICAS[0])
+        self.reconcile_fully(REPLICAS[0])
+        if with_pods:
+            ds = self.api.get(keys.DS_PLURAL, NS, DS)
+            assert ds is not None
+            for role in ROLES:
+                child = child_name(DS, (slice_index, self.revision(ds)), role)
+                self.begin_pod_of(child, gpu=True, via=0, latency=1.0)
+                self.persist_named(f"{child}-0")
+            self.catch_up(REPLICAS[0])
+            self.reconcile_fully(REPLICAS[0])
+        for name in REPLICAS:
+            self.catch_up(name)
 
     # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
