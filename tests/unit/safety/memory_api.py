@@ -177,6 +177,15 @@ class MemoryApi:
         found = self.objects.get((plural, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
+    def peek(self, plural: str, namespace: str, name: str) -> Object | None:
+        """The stored object itself, not a copy: for the model's own reads (invariants, preconditions), which
+        never change what they read; a copy each time would cost most of a run."""
+        return self.objects.get((plural, namespace, name))
+
+    def view(self, plural: str) -> list[Object]:
+        """The stored objects of `plural` themselves, not copies (as `peek`)."""
+        return [body for (p, _, _), body in self.objects.items() if p == plural]
+
     def all(self, plural: str, selector: str | None = None) -> list[Object]:
         return [
             copy.deepcopy(body)

@@ -36,7 +36,7 @@ from mnnvl_api.decisions import opt_in, references
 from mnnvl_lws import admission, decisions, executor, planner, state
 
 from . import settings
-from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences
+from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences, campaign
 from .memory_api import Object
 
 LWS = "dsr1"
@@ -141,7 +141,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         revision_hash = template_hash(template)
         known = (
             r
-            for r in self.api.all("controllerrevisions")
+            for r in self.api.view("controllerrevisions")
             if r["metadata"]["labels"][keys.LWS_TEMPLATE_REVISION_HASH_LABEL] == revision_hash
             and r["metadata"]["ownerReferences"][0]["uid"] == meta["uid"]
         )
@@ -165,18 +165,20 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         }
         self.api.put("controllerrevisions", revision, manager="lws-manager")
 
+    @precondition(lambda self: self.may_disrupt("workload"))
     @rule(
         change=st.sampled_from(
             ("opt-in toggled", "rollout reaches group 0", "rollout reaches group 1", "replaced", "plain one written")
         )
     )
-    def lws_changes(self, change: str) -> None:
+    def workload_changes(self, change: str) -> None:
         """- the user removes the opt-in of `dsr1`, or gives it again: a new template revision, rolled out group
           by group (a group the rollout has not reached is made again from its old template);
         - the rolling update reaches a group: it is made again from the current template;
         - `dsr1` is deleted (its pods and StatefulSets are left to the garbage collector), or, when gone, created
           again under its name: a new uid, every group at the new revision;
         - a LeaderWorkerSet that never opted in is created, changed or deleted."""
+        self.disrupted("workload")
         current = self.api.get(keys.LWS_PLURAL, NS, LWS)
         if change == "opt-in toggled" and current is not None:
             annotations = current["metadata"].setdefault("annotations", {})
@@ -244,7 +246,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         )
 
     def _leaderless(self) -> list[int]:
-        if self.api.get(keys.LWS_PLURAL, NS, LWS) is None:
+        if self.api.peek(keys.LWS_PLURAL, NS, LWS) is None:
             return []
         return [g for g in GROUPS if self._pod(f"{LWS}-{g}") is None and not self._is_pending(f"{LWS}-{g}")]
 
@@ -273,7 +275,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         return [
             g
             for g in GROUPS
-            if self.api.get("statefulsets", NS, f"{LWS}-{g}") is not None
+            if self.api.peek("statefulsets", NS, f"{LWS}-{g}") is not None
             and self._pod(f"{LWS}-{g}-1") is None
             and not self._is_pending(f"{LWS}-{g}-1")
         ]
@@ -317,7 +319,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
             for g in GROUPS
             if (leader := self._pod(f"{LWS}-{g}")) is not None
             and references.is_non_terminal(leader)
-            and self.api.get("statefulsets", NS, f"{LWS}-{g}") is None
+            and self.api.peek("statefulsets", NS, f"{LWS}-{g}") is None
         ]
 
     @precondition(lambda self: self._without_statefulset())
@@ -355,7 +357,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         self.api.delete(plural, NS, name)
 
     def _pods(self) -> list[str]:
-        return sorted(body["metadata"]["name"] for body in self.api.all("pods"))
+        return sorted(body["metadata"]["name"] for body in self.api.view("pods"))
 
     @precondition(lambda self: self._pods())
     @rule(data=st.data(), fails=st.booleans())
@@ -396,7 +398,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
 
     @invariant()
     def a_group_never_spans_two_domains(self) -> None:
-        for pod in self.api.all("pods"):
+        for pod in self.api.view("pods"):
             if not references.is_non_terminal(pod):
                 continue
             meta = pod["metadata"]
@@ -419,6 +421,26 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
 ReplicaScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)
 test_replica_scope_interleavings = ReplicaScope.TestCase
 
+#: Pods admitted while their group's domain is retired (its leader failing or deleted, its group restarted), with
+#: the Lease holder settling in between and admissions landing as late as they may.
+AdmissionRaces = campaign(
+    ReplicaScope,
+    "AdmissionRaces",
+    rules=(
+        "begin_leader",
+        "begin_worker",
+        "statefulset_created",
+        "garbage_collected",
+        "pod_ends",
+        "leader_settles",
+        "replica_catches_up",
+        "time_passes",
+        "admission_ends",
+    ),
+)
+AdmissionRaces.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+test_replica_scope_admission_races = AdmissionRaces.TestCase
+
 
 # --- scripted scenarios: the model's own steps, in an order that matters --------------------------------------
 
@@ -426,7 +448,7 @@ test_replica_scope_interleavings = ReplicaScope.TestCase
 def domains_of_group(machine: ReplicaScope, group: int) -> list[str]:
     return sorted(
         d["metadata"]["name"]
-        for d in machine.api.all(keys.COMPUTE_DOMAIN_PLURAL)
+        for d in machine.api.view(keys.COMPUTE_DOMAIN_PLURAL)
         if d["metadata"]["labels"].get(keys.GROUP_INDEX_LABEL) == str(group)
         and d["metadata"]["uid"] != machine.foreign["metadata"]["uid"]
     )
@@ -481,7 +503,7 @@ def test_a_group_restarted_after_opt_out_keeps_its_claim_until_the_rollout_repla
     claim."""
     machine = ReplicaScope()
     running_group(machine, gpu_leader=True)
-    machine.lws_changes("opt-in toggled")
+    machine.workload_changes("opt-in toggled")
     machine.catch_up("a")
     machine.catch_up("b")
     machine.pod_ends_named(f"{LWS}-0", fails=False)

@@ -129,11 +129,13 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
         stamped = decisions.in_slice_scope({"spec": ds["spec"]["roles"][0]["spec"]})
         return REVISIONS[(self.edits[ds["metadata"]["name"]] % 2, stamped)]
 
+    @precondition(lambda self: self.may_disrupt("workload"))
     @rule(change=st.sampled_from(("opt-in toggled", "templates edited", "replaced", "plain one replaced")))
-    def set_changes(self, change: str) -> None:
+    def workload_changes(self, change: str) -> None:
         """The user removes the opt-in of `llm` or gives it again, or edits its templates: a new revision; or
         `llm` is deleted (garbage collection takes its LeaderWorkerSets later, not its pods), or created again
         under its name (a new uid); or a plain DisaggregatedSet is deleted or created."""
+        self.disrupted("workload")
         name = PLAIN if change == "plain one replaced" else DS
         current = self.api.get(keys.DS_PLURAL, NS, name)
         if change in ("replaced", "plain one replaced"):
@@ -165,7 +167,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
                 (ds_name, s, role)
                 for s in SLICES
                 for role in ROLES
-                if self.api.get(keys.LWS_PLURAL, NS, child_name(ds_name, (s, revision), role)) is None
+                if self.api.peek(keys.LWS_PLURAL, NS, child_name(ds_name, (s, revision), role)) is None
             ]
         return found
 
@@ -215,7 +217,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
             self.api.put(keys.LWS_PLURAL, body, manager="disaggregatedset")
 
     def _children(self) -> list[str]:
-        return sorted(body["metadata"]["name"] for body in self.api.all(keys.LWS_PLURAL))
+        return sorted(body["metadata"]["name"] for body in self.api.view(keys.LWS_PLURAL))
 
     @precondition(lambda self: self._children())
     @rule(data=st.data())
@@ -259,7 +261,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
         self._admit(body, admission.admit_pod(replica.client, replica.stores, body), latency=latency)
 
     def _pods(self) -> list[str]:
-        return sorted(p["metadata"]["name"] for p in self.api.all("pods"))
+        return sorted(p["metadata"]["name"] for p in self.api.view("pods"))
 
     @precondition(lambda self: self._pods())
     @rule(data=st.data(), fails=st.booleans())
@@ -304,7 +306,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
 
     @invariant()
     def every_pod_is_bound_to_its_own_slice_and_revision(self) -> None:
-        for pod in self.api.all("pods"):
+        for pod in self.api.view("pods"):
             labels = pod["metadata"]["labels"]
             own = names.slice_domain_name(
                 labels[keys.DS_NAME_LABEL], int(labels[keys.DS_SLICE_LABEL]), labels[keys.DS_REVISION_LABEL]
@@ -388,7 +390,7 @@ def test_once_its_last_pod_exits_a_drained_slices_domain_is_deleted() -> None:
 
 def test_the_foreign_look_alikes_slice_is_refused() -> None:
     machine = SliceScope()
-    machine.set_changes("templates edited")  # revision bbbbbbbb
+    machine.workload_changes("templates edited")  # revision bbbbbbbb
     machine.create_child(DS, FOREIGN_POSITION[0], "prefill")
     assert machine.api.get(keys.LWS_PLURAL, NS, child_name(DS, FOREIGN_POSITION, "prefill")) is None
     machine.check()
@@ -425,14 +427,14 @@ def test_a_stale_child_in_the_webhooks_store_does_not_let_a_pod_skip_its_claim()
     new one of the same name. The new child's pod must still get its claim, or be gated."""
     machine = SliceScope()
     running_slice(machine)
-    machine.set_changes("replaced")  # deleted
+    machine.workload_changes("replaced")  # deleted
     drained(machine, "a")
     machine.time_passes(seconds=machine.fence)
     machine.reconcile_fully("a")  # the old domain is deleted...
     machine.catch_up("a")
     machine.reconcile_fully("a")  # ...and let go
     assert machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, DOMAIN) is None
-    machine.set_changes("replaced")  # created again: a new uid
+    machine.workload_changes("replaced")  # created again: a new uid
     machine.create_child(DS, 0, "prefill")
     webhook = machine.replicas["b"]
     children = webhook.mirror(keys.LWS_PLURAL)
@@ -446,7 +448,7 @@ def test_a_pod_of_a_revision_that_opted_in_keeps_its_claim_after_opt_out() -> No
     the old, stamped revision is made again before the rollout drains it. It must not run without its claim."""
     machine = SliceScope()
     running_slice(machine)
-    machine.set_changes("opt-in toggled")
+    machine.workload_changes("opt-in toggled")
     machine.catch_up("b")
     a_prefill_pod_lands_through_replica_b(machine)
 
