@@ -441,6 +441,48 @@ AdmissionRaces = campaign(
 AdmissionRaces.TestCase.settings = settings.for_model(max_examples=100, steps=40)
 test_replica_scope_admission_races = AdmissionRaces.TestCase
 
+#: Lease hand-overs while passes and their writes are in flight, with pods admitted and ending meanwhile.
+HandOvers = campaign(
+    ReplicaScope,
+    "HandOvers",
+    rules=(
+        "lease_moves",
+        "leader_reconciles",
+        "request_ends",
+        "leader_settles",
+        "replica_catches_up",
+        "begin_leader",
+        "begin_worker",
+        "statefulset_created",
+        "pod_ends",
+        "time_passes",
+        "admission_ends",
+    ),
+)
+HandOvers.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+test_replica_scope_hand_overs = HandOvers.TestCase
+
+#: Watch streams that lag, drop events and relist while the LeaderWorkerSet is rewritten (opt-in toggled, rolled
+#: out, deleted and created again) and its groups restart.
+StaleStores = campaign(
+    ReplicaScope,
+    "StaleStores",
+    rules=(
+        "watches",
+        "workload_changes",
+        "begin_leader",
+        "begin_worker",
+        "statefulset_created",
+        "garbage_collected",
+        "pod_ends",
+        "leader_settles",
+        "time_passes",
+        "admission_ends",
+    ),
+)
+StaleStores.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+test_replica_scope_stale_stores = StaleStores.TestCase
+
 
 # --- scripted scenarios: the model's own steps, in an order that matters --------------------------------------
 
