@@ -6,7 +6,9 @@ until it waits for the other, and no timer fires before the test has moved the c
 
 - `VirtualLoop` reads the time from a `fakes.Clock` and runs only when the test settles it: every callback ready,
   or due at the clock's time, and those they make ready, until none is left. A process the test does not settle
-  is paused (a GC pause, a starved CPU): its timers fall due meanwhile and fire, late, once it runs again.
+  is paused (a GC pause, a starved CPU): its timers fall due meanwhile and fire, late, once it runs again. Its
+  tasks hash by the order they were made in, not by their address, so a set of tasks (the writers an elector
+  cancels on stepping down) is iterated alike whenever the same steps are replayed.
 - `Lockstep` passes the turn between the test and one worker thread; `LockstepExecutor`, each loop's default
   executor, starts every job in a thread of its own and gives the turn back once the job parks (waits on
   something only the test ends, such as a request of `lease_api`) or ends. A job that cannot park (everything it
@@ -18,16 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import math
 import threading
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine, Generator
+from contextvars import Context
+from typing import Any, ParamSpec, TypeVar
 
 from ..mnnvl_runtime import fakes
 
 P = ParamSpec("P")
 T = TypeVar("T")
-#: How long either side waits for the other to give the turn back; only a broken model ever waits that long.
+#: What a task runs (what a task factory is given).
+Runnable = Coroutine[Any, Any, T] | Generator[Any, None, T]
+#: How long the test waits for a worker it handed the turn to (and for workers to end), in real seconds: a worker
+#: only runs a few lines before it parks or ends, so only a broken model waits that long.
 TURN_LIMIT = 10.0
 #: Iterations after which a loop that still has work ready is taken for a busy loop.
 SETTLE_LIMIT = 10_000
@@ -47,10 +54,11 @@ class Lockstep:
             raise RuntimeError("a worker thread kept the turn")
 
     def park(self, until: threading.Event) -> None:
-        """In a worker thread: give the turn back and wait until the test sets `until` (and hands it over)."""
+        """In a worker thread: give the turn back and wait until the test sets `until` (and hands it over). No real
+        time limit: a request of a paused replica stays in flight for as many steps as the test likes, and a worker
+        that gave up after a while would make a replay differ."""
         self._given_back.release()
-        if not until.wait(TURN_LIMIT):
-            raise RuntimeError("the test never handed the turn back to a parked worker")
+        until.wait()
 
     def end(self) -> None:
         """In a worker thread, as its last act: give the turn back for good."""
@@ -105,6 +113,19 @@ class LockstepExecutor(concurrent.futures.ThreadPoolExecutor):
         """Nothing to stop: each job's thread ends with its job (`Lockstep.join` waits for them)."""
 
 
+class NumberedTask(asyncio.Task[T]):
+    """A task that hashes by its number, the order it was made in on its loop."""
+
+    def __init__(
+        self, coro: Runnable[T], *, loop: asyncio.AbstractEventLoop, number: int, context: Context | None
+    ) -> None:
+        self.number = number  # first: making the task registers it in a set
+        super().__init__(coro, loop=loop, context=context)
+
+    def __hash__(self) -> int:
+        return self.number
+
+
 class VirtualLoop(asyncio.SelectorEventLoop):
     """One process's event loop, on the test's clock, whose `to_thread` jobs run in lockstep with the test."""
 
@@ -113,6 +134,13 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         super().__init__()
         self.clock = clock
         self.set_default_executor(LockstepExecutor(lockstep, at_once))
+        self._made = itertools.count()
+        self.set_task_factory(self._numbered)
+
+    def _numbered(
+        self, loop: asyncio.AbstractEventLoop, coro: Runnable[T], /, *, context: Context | None = None
+    ) -> NumberedTask[T]:
+        return NumberedTask(coro, loop=loop, number=next(self._made), context=context)
 
     def time(self) -> float:
         return self.clock.now
