@@ -39,6 +39,8 @@ DECISIONS = "packages/mnnvl-api/src/mnnvl_api/decisions"
 LWS = "packages/mnnvl-lws/src/mnnvl_lws"
 DS = "packages/mnnvl-ds/src/mnnvl_ds"
 GUARDIAN = "packages/mnnvl-guardian/src/mnnvl_guardian"
+#: The model of the Lease, the work queue and the cache-sync barrier (the scope models stand in for all three).
+LEASE_MODEL = f"{PROPERTY_SUITE}/test_lease_interleavings.py"
 
 GUARDS: tuple[Guard, ...] = (
     # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
@@ -342,6 +344,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/reconciling.py",
         find="        await self.sync.synced.wait()  # no decision before every store holds a complete list\n",
         replace="",
+        suite=(LEASE_MODEL,),
     ),
     Guard(
         name="workqueue-rechecks-the-lease-before-a-pass",
@@ -349,6 +352,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/workqueue.py",
         find="            if not self.elector.may_write():\n                self.enqueue(key)",
         replace="            if False:\n                self.enqueue(key)",
+        suite=(LEASE_MODEL,),
     ),
     Guard(
         name="may-write-requires-a-recent-renewal",
@@ -356,6 +360,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/leases.py",
         find="        return self._without_lease or self._clock() - self._last_renewal < self.timing.renew_deadline",
         replace="        return True",
+        suite=(LEASE_MODEL,),
     ),
     Guard(
         name="lease-claim-waits-for-expiry",
@@ -363,6 +368,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/leases.py",
         find="    if current != holder and not expired:\n        return None",
         replace="    if False:\n        return None",
+        suite=(LEASE_MODEL,),
     ),
     # --- mnnvl_lws/decisions.py: replica-scope pod admission -----------------------------------------------
     Guard(
