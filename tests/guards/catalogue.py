@@ -39,6 +39,8 @@ DECISIONS = "packages/mnnvl-api/src/mnnvl_api/decisions"
 LWS = "packages/mnnvl-lws/src/mnnvl_lws"
 DS = "packages/mnnvl-ds/src/mnnvl_ds"
 GUARDIAN = "packages/mnnvl-guardian/src/mnnvl_guardian"
+#: The model of the watch stores and their indexes, which reaches what the scope models seldom do.
+STORE_MODEL = ("tests/unit/safety/test_store_interleavings.py",)
 
 GUARDS: tuple[Guard, ...] = (
     # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
@@ -284,6 +286,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):",
         replace="            if uid in self._versions and not _newer(version, self._versions[uid]):",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-list-never-rolls-back-a-newer-event",
@@ -291,6 +294,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):",
         replace="            if uid in deleted:",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-watch-event-never-rolls-back",
@@ -298,6 +302,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="        if uid in self._versions and not _newer(version, self._versions[uid]):\n            return []",
         replace="        if False:\n            return []",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-drops-ghosts",
@@ -305,6 +310,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid not in listed and (at is None or version is None or version <= at)",
         replace="            if False",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-keeps-objects-newer-than-the-list",
@@ -312,6 +318,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid not in listed and (at is None or version is None or version <= at)",
         replace="            if uid not in listed",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-sync-opens-only-after-complete-lists",
@@ -319,6 +326,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if complete and not self.synced.is_set():",
         replace="            if not self.synced.is_set():",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-counts-recording-pods",
@@ -326,6 +334,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="        self.domain_recorders.put(uid, {(namespace, recorded): name} if recorded else {})",
         replace="        self.domain_recorders.put(uid, {})",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="store-indexes-workload-domains-by-manager",
@@ -333,6 +342,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="        if facts.workload and (manager is None or facts.managed_by == manager):",
         replace="        if facts.workload:",
+        suite=STORE_MODEL,
     ),
     # --- mnnvl_runtime/indexes.py ----------------------------------------------------------------------------
     # --- mnnvl_runtime/reconciling.py, workqueue.py and leases.py: who may decide and write ------------
@@ -595,6 +605,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/indexes.py",
         find="newest = max(found, key=lambda obj: self._versions.get(obj, UNVERSIONED))",
         replace="newest = next(iter(found))",
+        suite=STORE_MODEL,
     ),
     Guard(
         name="ds-no-claim-only-on-fresh-reads",
