@@ -436,8 +436,7 @@ class StoreInterleavings(RuleBasedStateMachine):
         racer = self._racing(racing, changing=how == "changed") if racing is not None else []
         if racer:
             plural, name = data.draw(st.sampled_from(racer))
-        key = (plural, NS, name)
-        found = self.api.objects.get(key)
+        found = self.api.peek(plural, NS, name)
         if found is None:
             self.api.put(plural, data.draw(NEW[plural])(name), manager="someone")
         elif how == "changed":
@@ -446,7 +445,7 @@ class StoreInterleavings(RuleBasedStateMachine):
             deleting = bool(found["metadata"].get("deletionTimestamp"))
             if not deleting:
                 self.api.delete(plural, NS, name)  # gone, or a protected domain marked for deletion
-            if key in self.api.objects and (deleting or how == "replaced"):
+            if self._exists(plural, name) and (deleting or how == "replaced"):
                 self.api.update(plural, NS, name, lambda body: body["metadata"].__setitem__("finalizers", []))
             if how == "replaced":
                 self.api.put(plural, data.draw(NEW[plural])(name), manager="someone")
@@ -469,7 +468,7 @@ class StoreInterleavings(RuleBasedStateMachine):
         ]
 
     def _exists(self, plural: str, name: str) -> bool:
-        return (plural, NS, name) in self.api.objects
+        return self.api.peek(plural, NS, name) is not None
 
     # --- watch streams and lists -------------------------------------------------------------------------------
 
