@@ -41,6 +41,8 @@ DS = "packages/mnnvl-ds/src/mnnvl_ds"
 GUARDIAN = "packages/mnnvl-guardian/src/mnnvl_guardian"
 #: The model of the Lease, the work queue and the cache-sync barrier (the scope models stand in for all three).
 LEASE_MODEL = f"{PROPERTY_SUITE}/test_lease_interleavings.py"
+#: The model of the watch stores and their indexes, which reaches what the scope models seldom do.
+STORE_MODEL = f"{PROPERTY_SUITE}/test_store_interleavings.py"
 
 GUARDS: tuple[Guard, ...] = (
     # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
@@ -286,6 +288,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):",
         replace="            if uid in self._versions and not _newer(version, self._versions[uid]):",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-list-never-rolls-back-a-newer-event",
@@ -293,6 +296,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid in deleted or (uid in self._versions and not _newer(version, self._versions[uid])):",
         replace="            if uid in deleted:",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-watch-event-never-rolls-back",
@@ -300,6 +304,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="        if uid in self._versions and not _newer(version, self._versions[uid]):\n            return []",
         replace="        if False:\n            return []",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-drops-ghosts",
@@ -307,6 +312,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid not in listed and (at is None or version is None or version <= at)",
         replace="            if False",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-keeps-objects-newer-than-the-list",
@@ -314,6 +320,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if uid not in listed and (at is None or version is None or version <= at)",
         replace="            if uid not in listed",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-sync-opens-only-after-complete-lists",
@@ -321,6 +328,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="            if complete and not self.synced.is_set():",
         replace="            if not self.synced.is_set():",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-counts-recording-pods",
@@ -328,6 +336,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="        self.domain_recorders.put(uid, {(namespace, recorded): name} if recorded else {})",
         replace="        self.domain_recorders.put(uid, {})",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="store-indexes-workload-domains-by-manager",
@@ -335,6 +344,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/stores.py",
         find="        if facts.workload and (manager is None or facts.managed_by == manager):",
         replace="        if facts.workload:",
+        suite=(STORE_MODEL,),
     ),
     # --- mnnvl_runtime/indexes.py ----------------------------------------------------------------------------
     # --- mnnvl_runtime/reconciling.py, workqueue.py and leases.py: who may decide and write ------------
@@ -601,6 +611,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/indexes.py",
         find="newest = max(found, key=lambda obj: self._versions.get(obj, UNVERSIONED))",
         replace="newest = next(iter(found))",
+        suite=(STORE_MODEL,),
     ),
     Guard(
         name="ds-no-claim-only-on-fresh-reads",

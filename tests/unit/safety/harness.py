@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Collection, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any, Generic, Protocol, TypeVar
 
 import jsonpatch
@@ -70,6 +70,7 @@ from mnnvl_runtime.stores import Mirror, NamespacedName
 
 from . import memory_api
 from .memory_api import MemoryApi, MemoryClient, Object
+from .relist import Stream
 
 NS = "serving"
 #: The longest a pod's creation can take from our webhook's reads to the pod being persisted: the API server's
@@ -172,8 +173,8 @@ class Replica(Generic[StoresT, ExecutorT]):
     stores: StoresT
     writer: domains.DomainWriter
     executor: ExecutorT
-    #: Per watched resource (plural): how far in the API's event log its watch stream has read.
-    cursors: dict[str, int]
+    #: Per watched resource (plural): its watch stream.
+    streams: dict[str, Stream]
     lists: dict[str, Listing] = dataclasses.field(default_factory=dict)
     passing: asyncio.Task[Any] | None = None
 
@@ -264,7 +265,10 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             stores=found,
             writer=writer,
             executor=self.new_executor(writer, client, may_write),
-            cursors={mirror.resource.plural: watch_from for mirror in found.mirrors},
+            streams={
+                mirror.resource.plural: Stream(api=self.api, mirror=mirror, cursor=watch_from)
+                for mirror in found.mirrors
+            },
         )
 
     def on_lease_change(self, replica: Replica[StoresT, ExecutorT], leading: bool) -> None:
@@ -422,34 +426,14 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             elif action == "resyncs":
                 self.resync_page(replica, mirror)
 
-    def _events_for(self, mirror: stores.Mirror[Any], start: int) -> Iterable[tuple[int, str, Object]]:
-        for position in range(start, len(self.api.events)):
-            plural, kind, body = self.api.events[position]
-            if plural == mirror.resource.plural and memory_api.selects(
-                mirror.resource.label_selector, body["metadata"].get("labels") or {}
-            ):
-                yield position, kind, body
-
     def deliver(self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any], count: int) -> None:
-        plural = mirror.resource.plural
-        for delivered, (position, kind, body) in enumerate(self._events_for(mirror, replica.cursors[plural])):
-            if delivered == count:
-                replica.cursors[plural] = position
-                return
-            mirror.observe(body, deleted=kind == "DELETED")
-        replica.cursors[plural] = len(self.api.events)
+        replica.streams[mirror.resource.plural].deliver(count)
 
     def drop(
         self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any], lost: int, *, redelivered: bool
     ) -> None:
-        """The stream loses up to `lost` of its events (all of them at most)."""
-        plural = mirror.resource.plural
-        skipped = [position for position, _, _ in self._events_for(mirror, replica.cursors[plural])][:lost]
-        if skipped:
-            replica.cursors[plural] = skipped[-1] + 1
-        if redelivered:
-            for body in self.api.all(plural, mirror.resource.label_selector):
-                mirror.observe(body, deleted=False)
+        """The stream loses up to `lost` of its events (`Stream.drop`)."""
+        replica.streams[mirror.resource.plural].drop(lost, redelivered=redelivered)
 
     def resync_page(self, replica: Replica[StoresT, ExecutorT], mirror: stores.Mirror[Any]) -> None:
         plural = mirror.resource.plural

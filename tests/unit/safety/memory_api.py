@@ -237,14 +237,24 @@ def _tests(patch: list[Any]) -> set[str]:
     return {op["path"] for op in patch if op.get("op") == "test"}
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What a list answers: the objects it matched when its first page was asked for, and the API's
+    resourceVersion then (the list's, which every page reports)."""
+
+    items: list[Object]
+    version: int
+
+
 class MemoryClient:
     """`kube.Api` over a `MemoryApi`, writing as one field manager; a sender's writes are requests in flight."""
 
-    def __init__(self, api: MemoryApi, field_manager: str, *, sender: str) -> None:
+    def __init__(self, api: MemoryApi, field_manager: str, *, sender: str, page_size: int = PAGE_SIZE) -> None:
         self.api = api
         self.field_manager = field_manager
         self.sender = sender
-        self.snapshots: list[list[Object]] = []  # the lists in flight, by continue token
+        self.page_size = page_size
+        self.snapshots: list[Snapshot] = []  # the lists in flight, by continue token
 
     async def _send(self, what: str, apply: Callable[[], Any], *, pinned: bool) -> Any:
         if not self.sender:
@@ -277,18 +287,28 @@ class MemoryClient:
         label_selector: str | None = None,
         after: str | None = None,
     ) -> kube.Page:
-        """Pages of PAGE_SIZE objects, all from the snapshot the first page took (as the API server's are)."""
+        """Pages of `page_size` objects in key order (namespace, name), all from the snapshot the first page took,
+        each reporting the snapshot's version (as the API server's are)."""
         if after is None:
             after = str(len(self.snapshots))
-            listed = self.api.all(plural, label_selector)
-            self.snapshots.append(
-                [b for b in listed if namespace is None or b["metadata"].get("namespace") == namespace]
+            listed = sorted(
+                (
+                    b
+                    for b in self.api.all(plural, label_selector)
+                    if namespace in (None, b["metadata"].get("namespace"))
+                ),
+                key=lambda b: (b["metadata"].get("namespace", ""), b["metadata"]["name"]),
             )
+            self.snapshots.append(Snapshot(items=listed, version=self.api.resource_version))
         index, _, start = after.partition(":")
-        offset = int(start or 0)
-        items = self.snapshots[int(index)][offset : offset + PAGE_SIZE]
-        more = offset + PAGE_SIZE < len(self.snapshots[int(index)])
-        return kube.Page(items=items, resource_version="", next=f"{index}:{offset + PAGE_SIZE}" if more else None)
+        offset, snapshot = int(start or 0), self.snapshots[int(index)]
+        items = snapshot.items[offset : offset + self.page_size]
+        more = offset + self.page_size < len(snapshot.items)
+        return kube.Page(
+            items=items,
+            resource_version=str(snapshot.version),
+            next=f"{index}:{offset + self.page_size}" if more else None,
+        )
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
         body = copy.deepcopy(manifest)
