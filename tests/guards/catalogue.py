@@ -43,6 +43,8 @@ GUARDIAN = "packages/mnnvl-guardian/src/mnnvl_guardian"
 LEASE_MODEL = f"{PROPERTY_SUITE}/test_lease_interleavings.py"
 #: The model of the watch stores and their indexes, which reaches what the scope models seldom do.
 STORE_MODEL = f"{PROPERTY_SUITE}/test_store_interleavings.py"
+#: The model of mnnvl-guardian: its stores, planner, executor and Deny webhook.
+GUARDIAN_MODEL = f"{PROPERTY_SUITE}/test_guardian_interleavings.py"
 
 GUARDS: tuple[Guard, ...] = (
     # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
@@ -561,13 +563,19 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/admission.py",
         find="        if reason is not None:\n            telemetry.REFUSALS.inc()",
         replace="        if False:\n            telemetry.REFUSALS.inc()",
+        suite=(GUARDIAN_MODEL,),
     ),
+    # This guard and guardian-indexes-only-managed-domains keep the same promise twice: the planner sees only what
+    # the stores let in, so each is redundant while the other stands (and both, while the executor rechecks
+    # identity on a fresh read). Removing one alone is a finding by design; removing both and an executor check is
+    # caught.
     Guard(
         name="guardian-acts-only-on-managed-domains",
         keeps="the guardian never protects or releases a domain that is not managed by mnnvl (by identity)",
         path=f"{GUARDIAN}/planner.py",
         find="    if not domain.managed:\n        return Action.NOTHING",
         replace="    if False:\n        return Action.NOTHING",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-releases-only-with-the-gate-on",
@@ -575,6 +583,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/planner.py",
         find="    if gate_enabled and domains.may_release(domain, template_in_use=template_in_use):",
         replace="    if domains.may_release(domain, template_in_use=template_in_use):",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-indexes-only-managed-domains",
@@ -582,6 +591,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/state.py",
         find="        self.shared.apply_domain(uid, body if body is not None and domains.facts_of(body).managed else None)",
         replace="        self.shared.apply_domain(uid, body)",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-protects-only-a-fresh-managed-domain",
@@ -589,6 +599,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/executor.py",
         find="    if not domains.facts_of(current).managed:\n        return None",
         replace="    if False:\n        return None",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-protection-preconditioned-on-the-version",
@@ -596,6 +607,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/executor.py",
         find='    version = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}]',
         replace="    version: list[dict[str, str]] = []",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-release-checks-identity",
@@ -603,6 +615,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/executor.py",
         find="def _managed(domain: domains.DomainFacts) -> bool:\n    return domain.managed",
         replace="def _managed(domain: domains.DomainFacts) -> bool:\n    return True",
+        suite=(GUARDIAN_MODEL,),
     ),
     # --- stores and admission: the newest object, fresh reads on a mismatch, the worker's domain, identity ----
     Guard(
@@ -705,6 +718,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
         find="            raise kopf.AdmissionError(reason, code=403)",
         replace="            return",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-deny-fresh-check-before-allowing",
@@ -712,6 +726,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
         find="    if not users:\n        named = await writer.fresh_users(domain)",
         replace="    if False:\n        named = await writer.fresh_users(domain)",
+        suite=(GUARDIAN_MODEL,),
     ),
     Guard(
         name="guardian-deny-refuses-when-unverified",
@@ -719,6 +734,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-guardian/src/mnnvl_guardian/admission.py",
         find="        return planner.unverified(domain, within)",
         replace="        return None",
+        suite=(GUARDIAN_MODEL,),
     ),
     # --- the fence: per mark, per Lease term, and its minimum -----------------------------------------------
     Guard(

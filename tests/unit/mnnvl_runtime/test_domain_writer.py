@@ -14,7 +14,7 @@ from mnnvl_guardian import executor as guardian_executor
 from mnnvl_runtime import domains as writing
 from mnnvl_runtime import kube
 
-from ..safety.memory_api import MemoryApi
+from ..safety.memory_api import DELETED_AT, MemoryApi
 
 NS = "serving"
 NAME = "dsr1-0-bbbbb"
@@ -55,7 +55,7 @@ def test_a_deleted_domain_is_released_only_once_no_pod_records_it() -> None:
     assert asyncio.run(release) is None
     assert api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME) is not None
     api.delete("pods", NS, "leader")
-    assert asyncio.run(writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)) == "now"
+    assert asyncio.run(writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)) == DELETED_AT
     assert api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME) is None
 
 

@@ -1,8 +1,9 @@
-"""What every scope's interleaving model shares: two replicas of a controller in front of an in-memory API server
+"""What every interleaving model of a controller shares: two replicas of it in front of an in-memory API server
 (`memory_api`), the driver behind it, and the invariants of the promise.
 
 Each replica is a process of its own: its stores, fed by one watch stream per resource, each at its own lag; its
-own domain writer, executor and pod webhook. Hypothesis interleaves, one step at a time:
+own domain writer, executor and webhooks. `ControllerMachine` has the steps every controller goes through, which
+`ControllerRules` draws one rule each (a model may draw them its own way instead):
 
 - watch streams delivering events; a stream dropping events (a 410: it resumes from a later point, the events in
   between are lost, and kopf may re-deliver the current objects, never the deletions), so that only the periodic
@@ -11,7 +12,10 @@ own domain writer, executor and pod webhook. Hypothesis interleaves, one step at
   or only at its next write (which `may_write` then refuses); a replica restarting with nothing remembered;
 - reconciliation passes of the Lease holder, whose every write is a request in flight: it lands at a later step
   (answered, or landed while its sender saw a timeout), times out and lands later still, or never lands; so a
-  write begun by a deposed leader can land after the hand-over;
+  write begun by a deposed leader can land after the hand-over.
+
+`ScopeMachine` adds what a scope controller (mnnvl-lws, mnnvl-ds) goes through:
+
 - pod admissions by either replica's webhook (a follower's stores lag as much as a leader's), begun and persisted
   as separate steps, up to `ADMISSION_BOUND` apart; the deletion fence is any value the product's `Configuration`
   accepts, so a fence shorter than the admission bound is tried when the configuration allows one;
@@ -26,7 +30,16 @@ deep enough to matter.
 A scope's model adds its workloads (deleted and created again under the same names), its pods (names reused by
 new incarnations), its planner and its own invariants.
 
-The invariants checked after every step, for every scope:
+The invariants checked after every step, for every controller:
+
+- `nothing_is_written_by_a_replica_that_does_not_lead`: every write sent (in flight, or landed at the API server)
+  was sent while its sender held the Lease (`may_write` is checked before sending); one that lands after its sender
+  lost the Lease must be pinned to what it was decided on (`memory_api.Landed.pinned`: create-if-absent, a DELETE
+  with uid and resourceVersion, a JSON patch testing the resourceVersion or, on anything but a domain, the uid), so
+  it fails on anything changed since. Whether such a late write is harmless is left to the other invariants, which
+  see it land. Events are not counted as writes.
+
+And for every scope:
 
 - `no_domain_starts_deleting_under_a_pod`: when a domain's deletion begins, no non-terminal pod holds its claim or
   records it;
@@ -39,20 +52,14 @@ The invariants checked after every step, for every scope:
   covers "every pod of a live opted-in workload that the scope enrolls holds its claim or is gated": those pods
   are made from stamped templates;
 - `plain_workloads_are_never_refused`: a workload that did not opt in is never refused or changed by a webhook;
-- `a_foreign_look_alike_is_never_written`;
-- `nothing_is_written_by_a_replica_that_does_not_lead`: every write sent (in flight, or landed at the API server)
-  was sent while its sender held the Lease (`may_write` is checked before sending); one that lands after its sender lost the
-  Lease must be pinned to what it was decided on (`memory_api.Landed.pinned`: create-if-absent, a DELETE with
-  uid and resourceVersion, a JSON patch testing the uid and, on a domain, the resourceVersion), so it fails on
-  anything changed since. Whether such a late write is harmless is left to the other invariants, which see it
-  land. Events are not counted as writes.
+- `a_foreign_look_alike_is_never_written`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 import jsonpatch
@@ -79,7 +86,7 @@ ADMISSION_BOUND = 60.0
 #: Fences tried, of those the product's `Configuration` accepts (and its default).
 FENCES = (0.0, 10.0, 30.0, 90.0)
 REPLICAS = ("a", "b")
-#: The most rounds of reconciliation in one quiet spell (`leader_settles`).
+#: The most rounds of reconciliation in one quiet spell (`settle_leader`).
 SETTLING_PASSES = 3
 #: The most disruptions of each kind one run has: Lease hand-overs (a deposed leader's restart included), and
 #: a scope's rewrites of its workloads (deleted, created again, opt-in toggled, templates edited, rolled out). The
@@ -88,6 +95,13 @@ DISRUPTIONS = {"lease": 4, "workload": 4}
 GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
 #: What a pass may raise that the work queue retries: API errors, a write refused after a hand-over, a cancel.
 RETRIED = (kube.ApiError, domains.NotLeadingError, asyncio.CancelledError)
+#: Where the Lease may pass (None: it expires), and what becomes of the deposed leader (`move_lease`).
+LEASE_TARGETS = (*REPLICAS, None)
+DEPOSED = ("cancelled at once", "cancelled at its next write", "restarted")
+#: How a write in flight ends (`end_request`).
+REQUEST_OUTCOMES = ("answered", "unanswered", "lands later", "lost")
+#: What one watch stream does in a step (`move_watches`).
+WATCH_ACTIONS = ("waits", "delivers one", "delivers all", "drops", "resyncs")
 
 
 def accepted_fences() -> list[float]:
@@ -142,17 +156,24 @@ def _plain(rule: Callable[..., Any]) -> Callable[..., Any]:
     return plain
 
 
-class WatchStores(Protocol):
-    """A scope's `state.Stores`, as far as feeding and reading it goes."""
+class Mirrored(Protocol):
+    """A controller's `state.Stores`, as far as feeding it goes."""
 
     @property
     def mirrors(self) -> list[stores.Mirror[stores.NamespacedName]]: ...
 
+
+class WatchStores(Mirrored, Protocol):
+    """A scope's `state.Stores`, as far as feeding and reading it goes."""
+
     def workload_keys(self) -> list[stores.NamespacedName]: ...
 
 
-StoresT = TypeVar("StoresT", bound=WatchStores)
+StoresT = TypeVar("StoresT", bound=Mirrored)
+ScopeStoresT = TypeVar("ScopeStoresT", bound=WatchStores)
 ExecutorT = TypeVar("ExecutorT")
+#: Makes a process's executor from its writer, its client, its Lease check and its stores.
+NewExecutor = Callable[[domains.DomainWriter, MemoryClient, Callable[[], bool], StoresT], ExecutorT]
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -183,11 +204,11 @@ class Replica(Generic[StoresT, ExecutorT]):
         return found
 
 
-class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
-    """A scope's subclass creates its workloads and `foreign` in `__init__`, then calls `_start_replicas`."""
-
-    #: A look-alike: named as we would name a domain and labelled as ours, but created by someone else.
-    foreign: Object
+class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
+    """Two replicas of one controller and the steps they go through (`move_lease`, `start_pass`, `settle_leader`,
+    `catch_up`, `end_request`, `move_watches`), which `ControllerRules` draws one rule each. A model says what the
+    Lease holder's passes work on (`work_keys`) and what one pass does (`work`), creates its objects, then calls
+    `_start_replicas`."""
 
     def __init__(
         self,
@@ -195,35 +216,46 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         component: str,
         scope: str,
         new_stores: Callable[[], StoresT],
-        new_executor: Callable[[domains.DomainWriter, MemoryClient, Callable[[], bool]], ExecutorT],
-        plan: Callable[[StoresT, stores.NamespacedName], Any],
+        new_executor: NewExecutor[StoresT, ExecutorT],
     ) -> None:
         super().__init__()
         self.component = component
         self.scope = scope
         self.new_stores = new_stores
         self.new_executor = new_executor
-        self.plan_for = plan
         self.loop = asyncio.new_event_loop()
         self.api = MemoryApi()
         self.now = 0.0
         self.fence = models.Configuration().compute_domain.deletion_fence_seconds
-        #: Admissions begun and not ended yet: (deadline, the admitted pod).
-        self.pending: list[tuple[float, Object]] = []
-        #: Webhook answers to a workload that did not opt in which refused or changed it.
-        self.plain_refusals: list[str] = []
         self.replicas: dict[str, Replica[StoresT, ExecutorT]] = {}
         #: Disruptions so far, by kind (`DISRUPTIONS`).
         self.disruptions: dict[str, int] = {}
         #: Per replica process: the Lease term it leads in (`LeaderElector.term`), counted up each time it leads.
         self.terms: dict[str, int] = {}
 
-    def teardown(self) -> None:
-        # Guide the search towards runs that get far: domain writes landed, late ones above all, deletions.
+    def work_keys(self, replica: Replica[StoresT, ExecutorT]) -> list[NamespacedName]:
+        """What a pass of `replica` may work on, as its stores know it."""
+        raise NotImplementedError
+
+    def work(self, replica: Replica[StoresT, ExecutorT], key: NamespacedName) -> Coroutine[Any, Any, Any]:
+        """One pass of `replica` over `key`, from its stores."""
+        raise NotImplementedError
+
+    def queued(self, replica: Replica[StoresT, ExecutorT], keys: list[NamespacedName]) -> None:
+        """What `replica`'s handlers do with the keys a watch event or a resync touched (`Mirror.observe`,
+        `take_page`, `finish_list`): a model may start the Lease holder's pass over one of them at once, as its
+        work queue would. By default nothing: passes start only as `start_pass` draws them."""
+
+    def progress(self) -> float:
+        """How far a run got, for Hypothesis to steer towards (`target`): domain writes landed, late ones above
+        all."""
         domain_writes = [write for write in self.api.landed if keys.COMPUTE_DOMAIN_PLURAL in write.what]
         late = sum(1 for write in domain_writes if not write.leading)
+        return float(len(domain_writes) + 5 * late)
+
+    def teardown(self) -> None:
         if currently_in_test_context():  # scripted scenarios run outside Hypothesis
-            target(float(len(domain_writes) + 5 * late + 5 * len(self.api.teardowns)), label="progress")
+            target(self.progress(), label="progress")
         for replica in self.replicas.values():
             if replica.passing is not None:
                 replica.passing.cancel()
@@ -259,14 +291,18 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             term=lambda: self.terms[name],
         )
         found = self.new_stores()
+
+        def touched(keys: list[NamespacedName]) -> None:
+            self.queued(self.replicas[name], keys)
+
         self.replicas[name] = Replica(
             name=name,
             client=client,
             stores=found,
             writer=writer,
-            executor=self.new_executor(writer, client, may_write),
+            executor=self.new_executor(writer, client, may_write, found),
             streams={
-                mirror.resource.plural: Stream(api=self.api, mirror=mirror, cursor=watch_from)
+                mirror.resource.plural: Stream(api=self.api, mirror=mirror, cursor=watch_from, touched=touched)
                 for mirror in found.mirrors
             },
         )
@@ -276,13 +312,6 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         A replica that starts leading starts a new term: its writer trusts no sight of a mark from an earlier one."""
         if leading:
             self.terms[replica.name] += 1
-
-    @initialize(fence=st.sampled_from(accepted_fences()))
-    def configured(self, fence: float) -> None:
-        """The deletion fence of this run's `Configuration`."""
-        self.fence = fence
-        for replica in self.replicas.values():
-            replica.writer.fence_seconds = fence
 
     def _replica(self, index: int) -> Replica[StoresT, ExecutorT]:
         return self.replicas[REPLICAS[index]]
@@ -296,12 +325,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
     def disrupted(self, kind: str) -> None:
         self.disruptions[kind] = self.disruptions.get(kind, 0) + 1
 
-    @precondition(lambda self: self.may_disrupt("lease"))
-    @rule(
-        to=st.sampled_from((*REPLICAS, None)),
-        deposed=st.sampled_from(("cancelled at once", "cancelled at its next write", "restarted")),
-    )
-    def lease_moves(self, to: str | None, deposed: str) -> None:
+    def move_lease(self, to: str | None, deposed: str) -> None:
         """The Lease passes to `to` (None: it expires, nobody holds it yet). The deposed leader's pass is cancelled
         at once, or goes on until its next write is refused (`may_write`), or its process is killed and started
         again with nothing remembered; whatever it has in flight may still land."""
@@ -331,24 +355,19 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
 
     def _may_reconcile(self) -> bool:
         leader = self.replicas.get(self.api.leader or "")
-        return leader is not None and leader.passing is None and bool(leader.stores.workload_keys())
+        return leader is not None and leader.passing is None and bool(self.work_keys(leader))
 
-    @precondition(lambda self: self._may_reconcile())
-    @rule(data=st.data())
-    def leader_reconciles(self, data: st.DataObject) -> None:
-        """The Lease holder starts a pass over one workload its stores know, synced or not: the writer's fresh
-        reads must keep it safe even where the cache-sync barrier would have waited."""
+    def start_pass(self, data: st.DataObject) -> None:
+        """The Lease holder starts a pass over one key its stores know, synced or not: the writer's fresh reads
+        must keep it safe even where the cache-sync barrier would have waited."""
         assert self.api.leader is not None
         replica = self.replicas[self.api.leader]
-        key = data.draw(st.sampled_from(replica.stores.workload_keys()))
-        snapshot, plan = self.plan_for(replica.stores, key)
-        replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
+        key = data.draw(st.sampled_from(self.work_keys(replica)))
+        replica.passing = self.loop.create_task(self.work(replica, key))
         self.settle()
 
-    @precondition(lambda self: self._may_reconcile())
-    @rule(catch_up=st.booleans())
-    def leader_settles(self, catch_up: bool) -> None:
-        """A quiet spell: the Lease holder, having read every event first or not, reconciles every workload it
+    def settle_leader(self, catch_up: bool) -> None:
+        """A quiet spell: the Lease holder, having read every event first or not, reconciles every key it
         knows, each write landing answered (`reconcile_fully`), again until a round writes nothing (at most
         `SETTLING_PASSES` rounds). The coarse step that takes the protocol forward
         (a domain created, a gate lifted, a mark set, the fence's end, a delete) in one go, so that the search
@@ -361,11 +380,6 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             self.reconcile_fully(self.api.leader)
             if len(self.api.landed) == writes:
                 break  # nothing more to do until something changes (or the fence passes)
-
-    @rule(index=st.integers(0, len(REPLICAS) - 1))
-    def replica_catches_up(self, index: int) -> None:
-        """Every watch stream of one replica delivers all it has not delivered yet."""
-        self.catch_up(REPLICAS[index])
 
     def settle(self) -> None:
         """Let every task run until it waits for a request in flight, then collect the passes that ended."""
@@ -385,9 +399,7 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
 
     # --- requests in flight ------------------------------------------------------------------------------
 
-    @precondition(lambda self: self.api.in_flight)
-    @rule(data=st.data(), outcome=st.sampled_from(("answered", "unanswered", "lands later", "lost")))
-    def request_ends(self, data: st.DataObject, outcome: str) -> None:
+    def end_request(self, data: st.DataObject, outcome: str) -> None:
         """A write in flight lands now, its sender hearing the answer or seeing a timeout; or its sender times
         out while the request lands at a later step, or never."""
         request = data.draw(st.sampled_from(self.api.in_flight))
@@ -408,15 +420,18 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
 
     # --- watch streams and fresh lists -------------------------------------------------------------------
 
-    @rule(data=st.data())
-    def watches(self, data: st.DataObject) -> None:
+    def move_watches(self, data: st.DataObject, plans: st.SearchStrategy[tuple[str, ...]] | None = None) -> None:
         """Each watch stream of each replica, at its own lag: waits; delivers one event or all it has not delivered
         yet; drops events (a 410: it resumes from a later point, the events in between are lost, and kopf may
         deliver the objects that exist now, never the deletions it missed); or its resource's periodic resync
         (`stores.StoreSync`) takes a page: the first page starts a fresh list (a snapshot of now), each later
-        one takes the next page, the last one drops what the list no longer has."""
-        for replica, mirror in [(r, m) for r in self.replicas.values() for m in r.stores.mirrors]:
-            action = data.draw(st.sampled_from(("waits", "delivers one", "delivers all", "drops", "resyncs")))
+        one takes the next page, the last one drops what the list no longer has. Each stream draws its action
+        (`WATCH_ACTIONS`); or one draw from `plans` gives every stream's, in the order of the replicas and their
+        mirrors (a model's weights, and fewer draws)."""
+        streams = [(r, m) for r in self.replicas.values() for m in r.stores.mirrors]
+        plan = data.draw(plans) if plans is not None else None
+        for index, (replica, mirror) in enumerate(streams):
+            action = plan[index] if plan is not None else data.draw(st.sampled_from(WATCH_ACTIONS))
             if action == "delivers one":
                 self.deliver(replica, mirror, 1)
             elif action == "delivers all":
@@ -443,11 +458,12 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             listing = replica.lists[plural] = Listing(
                 items=self.api.all(plural, mirror.resource.label_selector), version=self.api.resource_version
             )
-        mirror.take_page(listing.items[listing.taken : listing.taken + memory_api.PAGE_SIZE])
+        touched = mirror.take_page(listing.items[listing.taken : listing.taken + memory_api.PAGE_SIZE])
         listing.taken += memory_api.PAGE_SIZE
         if listing.taken >= len(listing.items):
-            mirror.finish_list(str(listing.version))
+            touched += mirror.finish_list(str(listing.version))[0]
             del replica.lists[plural]
+        self.queued(replica, touched)
 
     def catch_up(self, name: str) -> None:
         """Every watch stream of replica `name` delivers everything."""
@@ -456,14 +472,97 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             self.deliver(replica, mirror, 1000)
 
     def reconcile_fully(self, name: str) -> None:
-        """Replica `name`, leading, reconciles every workload it knows, every write landing answered."""
+        """Replica `name`, leading, reconciles every key it knows, every write landing answered."""
         replica = self.replicas[name]
         assert self.api.leader == name
-        for key in replica.stores.workload_keys():
-            snapshot, plan = self.plan_for(replica.stores, key)
-            replica.passing = self.loop.create_task(replica.executor.apply(snapshot, plan))  # type: ignore[attr-defined]
+        for key in self.work_keys(replica):
+            replica.passing = self.loop.create_task(self.work(replica, key))
             self.settle()
             self.land_everything()
+
+    @invariant()
+    def nothing_is_written_by_a_replica_that_does_not_lead(self) -> None:
+        for request in self.api.in_flight:  # sent already: whether it ever lands is up to the network
+            assert request.sent_leading, f"{request.sender} sent {request.what} while not leading"
+        for write in self.api.landed:
+            assert write.sent_leading, f"{write.sender} sent {write.what} while not leading"
+            assert write.leading or write.pinned, f"{write.sender}'s late {write.what} is not pinned to a version"
+
+
+class ControllerRules(ControllerMachine[StoresT, ExecutorT]):
+    """One Hypothesis rule per step of the controller, each as likely as any other rule of the model."""
+
+    @precondition(lambda self: self.may_disrupt("lease"))
+    @rule(to=st.sampled_from(LEASE_TARGETS), deposed=st.sampled_from(DEPOSED))
+    def lease_moves(self, to: str | None, deposed: str) -> None:
+        self.move_lease(to, deposed)
+
+    @precondition(lambda self: self._may_reconcile())
+    @rule(data=st.data())
+    def leader_reconciles(self, data: st.DataObject) -> None:
+        self.start_pass(data)
+
+    @precondition(lambda self: self._may_reconcile())
+    @rule(catch_up=st.booleans())
+    def leader_settles(self, catch_up: bool) -> None:
+        self.settle_leader(catch_up)
+
+    @rule(index=st.integers(0, len(REPLICAS) - 1))
+    def replica_catches_up(self, index: int) -> None:
+        """Every watch stream of one replica delivers all it has not delivered yet."""
+        self.catch_up(REPLICAS[index])
+
+    @precondition(lambda self: self.api.in_flight)
+    @rule(data=st.data(), outcome=st.sampled_from(REQUEST_OUTCOMES))
+    def request_ends(self, data: st.DataObject, outcome: str) -> None:
+        self.end_request(data, outcome)
+
+    @rule(data=st.data())
+    def watches(self, data: st.DataObject) -> None:
+        self.move_watches(data)
+
+
+class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
+    """A scope's subclass creates its workloads and `foreign` in `__init__`, then calls `_start_replicas`; a pass
+    works on one workload: its stores' snapshot, the planner's plan, the executor."""
+
+    #: A look-alike: named as we would name a domain and labelled as ours, but created by someone else.
+    foreign: Object
+
+    def __init__(
+        self,
+        *,
+        component: str,
+        scope: str,
+        new_stores: Callable[[], ScopeStoresT],
+        new_executor: NewExecutor[ScopeStoresT, ExecutorT],
+        plan: Callable[[ScopeStoresT, stores.NamespacedName], Any],
+    ) -> None:
+        super().__init__(component=component, scope=scope, new_stores=new_stores, new_executor=new_executor)
+        self.plan_for = plan
+        #: Admissions begun and not ended yet: (deadline, the admitted pod).
+        self.pending: list[tuple[float, Object]] = []
+        #: Webhook answers to a workload that did not opt in which refused or changed it.
+        self.plain_refusals: list[str] = []
+
+    def work_keys(self, replica: Replica[ScopeStoresT, ExecutorT]) -> list[NamespacedName]:
+        return replica.stores.workload_keys()
+
+    def work(self, replica: Replica[ScopeStoresT, ExecutorT], key: NamespacedName) -> Coroutine[Any, Any, Any]:
+        snapshot, plan = self.plan_for(replica.stores, key)
+        applied: Coroutine[Any, Any, Any] = replica.executor.apply(snapshot, plan)  # type: ignore[attr-defined]
+        return applied
+
+    def progress(self) -> float:
+        """Domain writes landed, late ones above all, and deletions."""
+        return super().progress() + 5 * len(self.api.teardowns)
+
+    @initialize(fence=st.sampled_from(accepted_fences()))
+    def configured(self, fence: float) -> None:
+        """The deletion fence of this run's `Configuration`."""
+        self.fence = fence
+        for replica in self.replicas.values():
+            replica.writer.fence_seconds = fence
 
     # --- admission: begun by either replica's webhook, persisted (or abandoned) later --------------------
 
@@ -577,14 +676,6 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         assert found is not None
         assert found["metadata"]["resourceVersion"] == self.foreign["metadata"]["resourceVersion"]
 
-    @invariant()
-    def nothing_is_written_by_a_replica_that_does_not_lead(self) -> None:
-        for request in self.api.in_flight:  # sent already: whether it ever lands is up to the network
-            assert request.sent_leading, f"{request.sender} sent {request.what} while not leading"
-        for write in self.api.landed:
-            assert write.sent_leading, f"{write.sender} sent {write.what} while not leading"
-            assert write.leading or write.pinned, f"{write.sender}'s late {write.what} is not pinned to a version"
-
     # --- for scripted scenarios --------------------------------------------------------------------------
 
     def is_condemned(self, domain: str) -> bool:
@@ -607,11 +698,15 @@ class ScopeMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         """The scope's own invariants, for scripted scenarios."""
 
     def put_foreign_look_alike(self, name: str, labels: dict[str, str]) -> Object:
-        return self.api.put(
-            keys.COMPUTE_DOMAIN_PLURAL,
-            {
-                "metadata": {"name": name, "namespace": NS, "labels": labels},
-                "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
-            },
-            manager="kubectl",
-        )
+        return self.api.put(keys.COMPUTE_DOMAIN_PLURAL, domain_manifest(name, labels), manager="kubectl")
+
+
+def domain_manifest(name: str, labels: dict[str, str], *, finalizers: Iterable[str] = ()) -> Object:
+    """A ComputeDomain named `name` in `NS`, with its channel's claim template named as the driver names it."""
+    meta: Object = {"name": name, "namespace": NS, "labels": labels}
+    if finalizers:
+        meta["finalizers"] = list(finalizers)
+    return {
+        "metadata": meta,
+        "spec": {"channel": {"resourceClaimTemplate": {"name": names.claim_template_name(name)}}},
+    }

@@ -1,16 +1,17 @@
 """An in-memory stand-in for the API server, for replaying interleavings of admission and reconciliation.
 
 It keeps what the safety argument relies on and nothing more: resourceVersions that change on every write,
-JSON-patch `test` failures as 422, DELETE preconditions as 409, finalizers holding a deleted object, field
-managers recorded in `managedFields` at creation, label selectors, and a log of watch events that every watch
-stream reads at its own pace. The NVIDIA driver is simulated as the real one behaves: a domain's claim template
-exists from its creation, and teardown starts as soon as the domain is marked for deletion, so any pod still
-using it then is recorded.
+JSON-patch `test` failures as 422, DELETE preconditions as 409, finalizers holding a deleted object, a pod's
+graceful deletion, field managers recorded in `managedFields` at creation and when someone applies labels under
+their own, label selectors, and a log of watch events that every watch stream reads at its own pace. The NVIDIA
+driver is simulated as the real one behaves: a domain's claim template exists from its creation, and teardown
+starts as soon as the domain is marked for deletion, so any pod still using it then is recorded.
 
 A controller's writes do not land when they are sent: each becomes a `Request` in flight, and the harness decides
 when (if ever) it reaches the API server and whether its sender hears the answer. This is what a Lease cannot
 prevent: `may_write` is checked before a request is sent, and a request sent just before a hand-over can land
-after it. Reads are answered at once, from the state at the time of the read.
+after it. Reads are answered at once, from the state at the time of the read, unless the harness makes a client's
+reads fail (the API server slow or unreachable, as that client sees it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import copy
 import dataclasses
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +32,9 @@ from mnnvl_runtime import kube
 
 #: Objects per page of a list: small, so in-use checks and re-lists cross page boundaries.
 PAGE_SIZE = 2
+#: When every object was created, and when every deletion began (the API server writes RFC 3339 times).
+CREATED_AT = "2026-11-30T00:00:00Z"
+DELETED_AT = "2026-11-30T00:01:00Z"
 
 Object = dict[str, Any]
 CD = keys.COMPUTE_DOMAIN_PLURAL
@@ -46,13 +51,16 @@ class Landed:
     """A controller's write that reached the API server (whether it succeeded or not)."""
 
     sender: str
+    #: The sender's process (`MemoryClient.process`): a restarted replica is a new process.
+    process: int
     what: str
     #: The sender led when it sent the request, and when the request landed.
     sent_leading: bool
     leading: bool
     #: The request can only take effect on the object incarnation (and, for a ComputeDomain, the exact version)
-    #: it was decided on: create-if-absent; DELETE with uid and resourceVersion; a JSON patch testing the uid and,
-    #: on a ComputeDomain, the resourceVersion.
+    #: it was decided on: create-if-absent; DELETE with uid and resourceVersion; a JSON patch testing the
+    #: resourceVersion (which names one version of one incarnation: the API server's revisions are never reused)
+    #: or, on anything but a ComputeDomain, the uid.
     pinned: bool
 
 
@@ -61,6 +69,7 @@ class Request:
     """A write sent and not landed yet; `answer` is what its sender awaits (done once it heard back)."""
 
     sender: str
+    process: int
     what: str
     sent_leading: bool
     pinned: bool
@@ -69,8 +78,14 @@ class Request:
 
 
 def selects(selector: str | None, labels: Mapping[str, str]) -> bool:
-    """Whether a label selector of the forms the controllers use (`key`, `key=value`, comma-joined) matches."""
-    for term in (selector or "").split(","):
+    """Whether a label selector of the forms the controllers use (`key`, `key=value`, `key in (a,b)`,
+    comma-joined) matches."""
+    for term in re.split(r",(?![^()]*\))", selector or ""):
+        key, is_in, values = term.partition(" in ")
+        if is_in:
+            if labels.get(key.strip()) not in {v.strip() for v in values.strip().strip("()").split(",")}:
+                return False
+            continue
         key, is_equal, value = term.partition("=")
         if key and (key not in labels or (is_equal and labels[key] != value)):
             return False
@@ -89,10 +104,12 @@ class MemoryApi:
         self.leader: str | None = None
         self.resource_version = 0
         self._uids = itertools.count(1)
+        self._processes = itertools.count(1)
 
     def client(self, field_manager: str, *, sender: str = "") -> MemoryClient:
-        """A client writing as `field_manager`; with a `sender`, its writes are requests in flight."""
-        return MemoryClient(self, field_manager, sender=sender)
+        """A client writing as `field_manager`; with a `sender`, its writes are requests in flight. Each client is a
+        process of its own (`MemoryClient.process`)."""
+        return MemoryClient(self, field_manager, sender=sender, process=next(self._processes))
 
     # --- state changes ---------------------------------------------------------------------------------
 
@@ -109,7 +126,7 @@ class MemoryApi:
         if key in self.objects:
             raise kube.ApiError(status=409, reason="AlreadyExists")
         meta["uid"] = f"uid-{next(self._uids)}"
-        meta["creationTimestamp"] = "2026-11-30T00:00:00Z"
+        meta["creationTimestamp"] = CREATED_AT
         meta["resourceVersion"] = self._next_version()
         meta["managedFields"] = [
             {
@@ -142,10 +159,39 @@ class MemoryApi:
                 self._teardown(body)
         return copy.deepcopy(body)
 
-    def delete(self, plural: str, namespace: str, name: str) -> None:
+    def apply_labels(
+        self, plural: str, namespace: str, name: str, labels: Mapping[str, str], *, manager: str
+    ) -> Object:
+        """`manager` applies `labels` (server-side apply): from now on it owns each of them, beside the managers that
+        own it already when the value is unchanged, instead of them when it changes."""
+
+        def change(body: Object) -> None:
+            meta = body["metadata"]
+            current = meta.setdefault("labels", {})
+            for entry in meta.setdefault("managedFields", []):
+                owned = entry["fieldsV1"]["f:metadata"]["f:labels"]
+                for key, value in labels.items():
+                    if current.get(key) != value:
+                        owned.pop(f"f:{key}", None)
+            current.update(labels)
+            mine: Object = {f"f:{key}": {} for key in labels}
+            meta["managedFields"].append(
+                {"manager": manager, "operation": "Apply", "fieldsV1": {"f:metadata": {"f:labels": mine}}}
+            )
+
+        return self.update(plural, namespace, name, change)
+
+    def delete(self, plural: str, namespace: str, name: str, *, grace_until: str | None = None) -> None:
+        """Delete an object: gone at once, or, while it carries finalizers, marked with `deletionTimestamp` until the
+        last one is removed. With `grace_until` (a pod's graceful deletion) it stays, marked with that time (the end
+        of its grace period), until deleted again (its kubelet confirmed the end)."""
         body = self.objects[(plural, namespace, name)]
-        if body["metadata"].get("finalizers"):
-            self.update(plural, namespace, name, lambda b: b["metadata"].__setitem__("deletionTimestamp", "now"))
+        if grace_until is not None:
+            body["metadata"]["deletionTimestamp"] = grace_until
+            body["metadata"]["resourceVersion"] = self._next_version()
+            self._record(plural, "MODIFIED", body)
+        elif body["metadata"].get("finalizers"):
+            self.update(plural, namespace, name, lambda b: b["metadata"].__setitem__("deletionTimestamp", DELETED_AT))
         else:
             if plural == CD:
                 self._teardown(body)
@@ -202,6 +248,7 @@ class MemoryApi:
         self.landed.append(
             Landed(
                 sender=request.sender,
+                process=request.process,
                 what=request.what,
                 sent_leading=request.sent_leading,
                 leading=self.leader == request.sender,
@@ -249,12 +296,30 @@ class Snapshot:
 class MemoryClient:
     """`kube.Api` over a `MemoryApi`, writing as one field manager; a sender's writes are requests in flight."""
 
-    def __init__(self, api: MemoryApi, field_manager: str, *, sender: str, page_size: int = PAGE_SIZE) -> None:
+    def __init__(
+        self, api: MemoryApi, field_manager: str, *, sender: str, process: int = 0, page_size: int = PAGE_SIZE
+    ) -> None:
         self.api = api
         self.field_manager = field_manager
         self.sender = sender
+        self.process = process
         self.page_size = page_size
         self.snapshots: list[Snapshot] = []  # the lists in flight, by continue token
+        self._failing: Exception | None = None
+        self._reads_before_failing = 0
+
+    def fail_reads(self, error: Exception | None, *, after: int = 0) -> None:
+        """From now on, after `after` more reads (each GET, each page of a list), every read raises `error`: the API
+        server slow (a deadline passing: `TimeoutError`) or unreachable (`kube.UnreachableError`), as this client
+        sees it. None: reads are answered again."""
+        self._failing = error
+        self._reads_before_failing = after
+
+    def _read(self) -> None:
+        if self._failing is not None:
+            if self._reads_before_failing == 0:
+                raise self._failing
+            self._reads_before_failing -= 1
 
     async def _send(self, what: str, apply: Callable[[], Any], *, pinned: bool) -> Any:
         if not self.sender:
@@ -263,6 +328,7 @@ class MemoryClient:
         self.api.in_flight.append(
             Request(
                 sender=self.sender,
+                process=self.process,
                 what=what,
                 sent_leading=self.api.leader == self.sender,
                 pinned=pinned,
@@ -276,6 +342,7 @@ class MemoryClient:
         return {}  # Events: nothing to keep
 
     async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        self._read()
         return self.api.get(plural, namespace or "", name)
 
     async def alist_page(
@@ -289,6 +356,7 @@ class MemoryClient:
     ) -> kube.Page:
         """Pages of `page_size` objects in key order (namespace, name), all from the snapshot the first page took,
         each reporting the snapshot's version (as the API server's are)."""
+        self._read()
         if after is None:
             after = str(len(self.snapshots))
             listed = sorted(
@@ -324,7 +392,7 @@ class MemoryClient:
         plural, namespace, name = _parse(path)
         assert name is not None
         tested = _tests(patch)
-        pinned = "/metadata/uid" in tested and (plural != CD or "/metadata/resourceVersion" in tested)
+        pinned = "/metadata/resourceVersion" in tested or (plural != CD and "/metadata/uid" in tested)
 
         def apply() -> Object:
             current = self.api.get(plural, namespace, name)

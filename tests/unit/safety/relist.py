@@ -36,6 +36,8 @@ class Stream:
     mirror: stores.Mirror[Any]
     #: How far in the API's event log the stream has read.
     cursor: int
+    #: Told the keys each event touched (`Mirror.observe`), as the controller's handler would queue them.
+    touched: Callable[[list[Any]], None] = lambda keys: None
 
     def pending(self) -> Iterator[tuple[int, str, Object]]:
         """The events the stream has not delivered yet: (position in the log, event type, object)."""
@@ -49,7 +51,7 @@ class Stream:
 
     def observe(self, body: Object, *, deleted: bool) -> None:
         """One event reaches the mirror."""
-        self.mirror.observe(body, deleted=deleted)
+        self.touched(self.mirror.observe(body, deleted=deleted))
 
     def deliver(self, count: int) -> None:
         """Delivers the next `count` events (all of them at most)."""

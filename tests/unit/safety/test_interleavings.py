@@ -82,7 +82,7 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
             component=keys.LWS_CONTROLLER,
             scope=keys.SCOPE_REPLICA,
             new_stores=state.Stores,
-            new_executor=lambda writer, client, may_write: executor.Executor(writer),
+            new_executor=lambda writer, client, may_write, stores: executor.Executor(writer),
             plan=plan_of,
         )
         self.tokens = (

@@ -83,7 +83,7 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
             component=keys.DS_CONTROLLER,
             scope=keys.SCOPE_SLICE,
             new_stores=state.Stores,
-            new_executor=lambda writer, client, may_write: executor.Executor(
+            new_executor=lambda writer, client, may_write, stores: executor.Executor(
                 writer, executor.UpstreamRetries(client, may_write=may_write)
             ),
             plan=plan_of,
