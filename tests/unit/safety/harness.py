@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Collection, Coroutine, Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import jsonpatch
 import kopf
@@ -75,7 +75,7 @@ from mnnvl_api.decisions import injection, references
 from mnnvl_runtime import domains, kube, stores
 from mnnvl_runtime.stores import Mirror, NamespacedName
 
-from . import memory_api
+from . import memory_api, settings
 from .memory_api import MemoryApi, MemoryClient, Object
 from .relist import Stream
 
@@ -109,10 +109,10 @@ def accepted_fences() -> list[float]:
     found = {models.Configuration().compute_domain.deletion_fence_seconds}
     for seconds in FENCES:
         try:
-            settings = models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": seconds}})
+            configuration = models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": seconds}})
         except pydantic.ValidationError:
             continue
-        found.add(settings.compute_domain.deletion_fence_seconds)
+        found.add(configuration.compute_domain.deletion_fence_seconds)
     return sorted(found)
 
 
@@ -135,16 +135,28 @@ def new_writer(
 MachineT = TypeVar("MachineT", bound=RuleBasedStateMachine)
 
 
-def campaign(machine: type[MachineT], name: str, *, rules: Collection[str]) -> type[MachineT]:
-    """`machine` with only the rules named (its initializers and invariants all kept): a campaign of one kind of
-    race. With every rule in play a chain of four or five particular steps is rare (each step is one rule of
-    fifteen, and Hypothesis's swarm testing turns rules off at random, not by kind); among the eight or so rules of
-    one race it is likely, so a campaign finds in a hundred runs what the whole model may miss in thousands."""
+#: The rules of each race a campaign stages, as every scope names them; a scope adds the rules by which its pods
+#: come (and its workloads' objects come and go).
+ADMISSION_RACE_RULES = ("pod_ends", "leader_settles", "replica_catches_up", "time_passes", "admission_ends")
+HAND_OVER_RULES = ("lease_moves", "leader_reconciles", "request_ends", *ADMISSION_RACE_RULES)
+STALE_STORE_RULES = ("watches", "workload_changes", "pod_ends", "leader_settles", "time_passes", "admission_ends")
+
+
+def campaign(
+    machine: type[MachineT], name: str, *, rules: Collection[str], max_examples: int = 100, steps: int = 40
+) -> type[MachineT]:
+    """`machine` with only the rules named (its initializers and invariants all kept), searched with `max_examples`
+    runs of `steps` steps: a campaign of one kind of race. With every rule in play a chain of four or five
+    particular steps is rare (each step is one rule of fifteen, and Hypothesis's swarm testing turns rules off at
+    random, not by kind); among the eight or so rules of one race it is likely, so a campaign finds in a hundred
+    runs what the whole model may miss in thousands."""
     known = {found.function.__name__ for found in machine.setup_state().rules}
     if unknown := set(rules) - known:
         raise ValueError(f"campaign {name}: {machine.__name__} has no rules {sorted(unknown)}")
     left_out = {rule_name: _plain(getattr(machine, rule_name)) for rule_name in known - set(rules)}
-    return type(f"{machine.__name__}{name}", (machine,), left_out)
+    staged = cast(type[MachineT], type(f"{machine.__name__}{name}", (machine,), left_out))
+    staged.TestCase.settings = settings.for_model(max_examples=max_examples, steps=steps)
+    return staged
 
 
 def _plain(rule: Callable[..., Any]) -> Callable[..., Any]:
@@ -317,7 +329,7 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         return self.replicas[REPLICAS[index]]
 
     def may_disrupt(self, kind: str) -> bool:
-        """Whether the run may have one more disruption of `kind` (`DISRUPTIONS`); counts it if so. A precondition:
+        """Whether the run may have one more disruption of `kind` (`DISRUPTIONS`; `disrupted` counts one). A precondition:
         a run whose Lease moves, or whose workloads are rewritten, every few steps never gets deep enough for the
         protocol's steps to interleave with them."""
         return self.disruptions.get(kind, 0) < DISRUPTIONS[kind]
