@@ -44,9 +44,11 @@ from .harness import (
     NS,
     REPLICAS,
     STALE_STORE_RULES,
+    CutPasses,
     ScopeMachine,
     accepted_fences,
     campaign,
+    with_rules,
 )
 from .memory_api import Object
 
@@ -452,6 +454,27 @@ test_replica_scope_hand_overs = HandOvers.TestCase
 #: out, deleted and created again) and its groups restart.
 StaleStores = campaign(ReplicaScope, "StaleStores", rules=(*POD_RULES, *GROUP_RESTART_RULES, *STALE_STORE_RULES))
 test_replica_scope_stale_stores = StaleStores.TestCase
+
+#: Passes cut by a hand-over, whose deposed leader goes on (`harness.CutPasses`), while groups restart: a domain
+#: created and the obsolete one condemned or deleted in one pass, the fence passing meanwhile.
+LateWrites = campaign(
+    with_rules(ReplicaScope, CutPasses),
+    "LateWrites",
+    rules=(
+        "begin_leader",
+        "pod_ends",
+        "garbage_collected",
+        "admission_ends",
+        "replica_catches_up",
+        "leader_reconciles",
+        "lease_moves",
+        "pass_cut_by_hand_over",
+        "request_ends",
+        "time_passes",
+    ),
+)
+LateWrites.disruption_budget = {"lease": 12, "workload": 4}
+test_replica_scope_late_writes = LateWrites.TestCase
 
 
 # --- scripted scenarios: the model's own steps, in an order that matters --------------------------------------
