@@ -472,6 +472,7 @@ LateWrites = campaign(
         "request_ends",
         "time_passes",
     ),
+    max_examples=300,
 )
 LateWrites.disruption_budget = {"lease": 12, "workload": 4}
 test_replica_scope_late_writes = LateWrites.TestCase
