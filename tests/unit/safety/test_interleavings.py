@@ -404,8 +404,9 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         self.reconcile_fully(REPLICAS[0])
         for name in REPLICAS:
             self.catch_up(name)
-        (domain,) = domains_of_group(self, group)
-        return domain
+        made = domains_of_group(self, group)
+        assert len(made) == 1, f"group {group} runs with domains {made}, not one"
+        return made[0]
 
     # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
