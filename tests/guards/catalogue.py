@@ -51,6 +51,8 @@ SLICE_MODEL = f"{PROPERTY_SUITE}/test_slice_interleavings.py"
 #: The planners' properties over arbitrary snapshots: what each promises whatever its stores say.
 REPLICA_PLANNER = f"{PROPERTY_SUITE}/test_replica_planner.py"
 SLICE_PLANNER = f"{PROPERTY_SUITE}/test_slice_planner.py"
+#: The shared domain writer asked to act on stale plans while the domain and its pods change under it.
+WRITER_MODEL = f"{PROPERTY_SUITE}/test_writer_interleavings.py"
 #: The fenced deletion's decisions over any history of one domain's name.
 FENCE_PROTOCOL = f"{PROPERTY_SUITE}/test_fence_protocol.py"
 #: Two installations of mnnvl-topology side by side.
@@ -83,7 +85,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find='            if meta.get("uid") != uid or meta.get("deletionTimestamp") or',
         replace='            if meta.get("deletionTimestamp") or',
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="ungate-patch-tests-the-uid",
@@ -91,7 +93,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="                    patch = [uid_test, *injection.gate_removal_at(gate_at)]",
         replace="                    patch = injection.gate_removal_at(gate_at)",
-        suite=(replica("hand_overs"),),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="fenced-delete-checks-identity",
@@ -99,7 +101,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if fresh is None or fresh[1].deleting or not belongs(fresh[1]):",
         replace="        if fresh is None or fresh[1].deleting:",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="fenced-delete-lists-pods-afresh",
@@ -107,7 +109,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        users = await self.fresh_users(domain)\n        seen_at = None",
         replace="        users: list[str] = []\n        seen_at = None",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="delete-preconditioned-on-uid-and-version",
@@ -115,7 +117,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="return await self.client.adelete(path, uid=domain.uid, resource_version=domain.resource_version)",
         replace="return await self.client.adelete(path)",
-        suite=(replica("interleavings"),),
+        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="mark-preconditioned-on-uid-and-version",
@@ -123,7 +125,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="domain_path(domain.namespace, domain.name), precondition + marks, content_type=kube.JSON_PATCH",
         replace="domain_path(domain.namespace, domain.name), marks, content_type=kube.JSON_PATCH",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="uncondemn-checks-identity",
@@ -131,7 +133,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if fresh is None or not fresh[1].condemned or not belongs(fresh[1]):",
         replace="        if fresh is None or not fresh[1].condemned:",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-only-from-a-deleting-domain",
@@ -139,7 +141,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if not domain.deleting or not domain.protected or not belongs(domain):",
         replace="        if not domain.protected or not belongs(domain):",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-checks-identity",
@@ -147,7 +149,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if not domain.deleting or not domain.protected or not belongs(domain):",
         replace="        if not domain.deleting or not domain.protected:",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-lists-pods-afresh",
@@ -155,7 +157,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        users = await self.fresh_users(domain)\n        if users:",
         replace="        users: list[str] = []\n        if users:",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-preconditioned-on-uid-and-version",
@@ -167,7 +169,7 @@ GUARDS: tuple[Guard, ...] = (
             '            {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},\n'
         ),
         replace="        patch = [\n",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="fresh-pod-list-reads-every-page",
@@ -175,7 +177,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
         replace="        users = references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     # --- mnnvl_api/decisions/fencing.py: the fenced deletion's steps ---------------------------------------
     Guard(
@@ -840,7 +842,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
         find='mark, term = f"{self.component}/{uuid.uuid4().hex}", self.term()',
         replace="mark, term = self.component, self.term()",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL, FENCE_PROTOCOL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="fence-forgotten-on-lease-change",
@@ -856,7 +858,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
         find="            now=checked_at,\n            fence_seconds=self.fence_seconds,\n",
         replace="            now=self.clock(),\n            fence_seconds=self.fence_seconds,\n",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="fence-minimum-in-the-loader",
