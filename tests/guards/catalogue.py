@@ -45,6 +45,29 @@ LEASE_MODEL = f"{PROPERTY_SUITE}/test_lease_interleavings.py"
 STORE_MODEL = f"{PROPERTY_SUITE}/test_store_interleavings.py"
 #: The model of mnnvl-guardian: its stores, planner, executor and Deny webhook.
 GUARDIAN_MODEL = f"{PROPERTY_SUITE}/test_guardian_interleavings.py"
+#: The scope models (mnnvl-lws, mnnvl-ds): each file holds the whole model and its campaigns (`harness.campaign`).
+REPLICA_MODEL = f"{PROPERTY_SUITE}/test_interleavings.py"
+SLICE_MODEL = f"{PROPERTY_SUITE}/test_slice_interleavings.py"
+#: The planners' properties over arbitrary snapshots: what each promises whatever its stores say.
+REPLICA_PLANNER = f"{PROPERTY_SUITE}/test_replica_planner.py"
+SLICE_PLANNER = f"{PROPERTY_SUITE}/test_slice_planner.py"
+#: The shared domain writer asked to act on stale plans while the domain and its pods change under it.
+WRITER_MODEL = f"{PROPERTY_SUITE}/test_writer_interleavings.py"
+#: The fenced deletion's decisions over any history of one domain's name.
+FENCE_PROTOCOL = f"{PROPERTY_SUITE}/test_fence_protocol.py"
+#: Two installations of mnnvl-topology side by side.
+TOPOLOGY_MODEL = f"{PROPERTY_SUITE}/test_topology_identity.py"
+
+
+def replica(test: str) -> str:
+    """One property test of the replica scope's model (its whole model, or a campaign)."""
+    return f"{REPLICA_MODEL}::test_replica_scope_{test}"
+
+
+def slice_scope(test: str) -> str:
+    """One property test of the slice scope's model (its whole model, or a campaign)."""
+    return f"{SLICE_MODEL}::test_slice_scope_{test}"
+
 
 GUARDS: tuple[Guard, ...] = (
     # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
@@ -54,6 +77,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if not self.may_write():\n            raise NotLeadingError(",
         replace="        if False:\n            raise NotLeadingError(",
+        suite=(replica("late_writes"),),
     ),
     Guard(
         name="ungate-reads-the-pod-incarnation",
@@ -61,6 +85,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find='            if meta.get("uid") != uid or meta.get("deletionTimestamp") or',
         replace='            if meta.get("deletionTimestamp") or',
+        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="ungate-patch-tests-the-uid",
@@ -68,6 +93,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="                    patch = [uid_test, *injection.gate_removal_at(gate_at)]",
         replace="                    patch = injection.gate_removal_at(gate_at)",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="fenced-delete-checks-identity",
@@ -75,6 +101,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if fresh is None or fresh[1].deleting or not belongs(fresh[1]):",
         replace="        if fresh is None or fresh[1].deleting:",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="fenced-delete-lists-pods-afresh",
@@ -82,6 +109,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        users = await self.fresh_users(domain)\n        seen_at = None",
         replace="        users: list[str] = []\n        seen_at = None",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="delete-preconditioned-on-uid-and-version",
@@ -89,6 +117,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="return await self.client.adelete(path, uid=domain.uid, resource_version=domain.resource_version)",
         replace="return await self.client.adelete(path)",
+        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="mark-preconditioned-on-uid-and-version",
@@ -96,6 +125,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="domain_path(domain.namespace, domain.name), precondition + marks, content_type=kube.JSON_PATCH",
         replace="domain_path(domain.namespace, domain.name), marks, content_type=kube.JSON_PATCH",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="uncondemn-checks-identity",
@@ -103,6 +133,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if fresh is None or not fresh[1].condemned or not belongs(fresh[1]):",
         replace="        if fresh is None or not fresh[1].condemned:",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-only-from-a-deleting-domain",
@@ -110,6 +141,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if not domain.deleting or not domain.protected or not belongs(domain):",
         replace="        if not domain.protected or not belongs(domain):",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-checks-identity",
@@ -117,6 +149,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        if not domain.deleting or not domain.protected or not belongs(domain):",
         replace="        if not domain.deleting or not domain.protected:",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-lists-pods-afresh",
@@ -124,6 +157,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        users = await self.fresh_users(domain)\n        if users:",
         replace="        users: list[str] = []\n        if users:",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="release-preconditioned-on-uid-and-version",
@@ -135,6 +169,7 @@ GUARDS: tuple[Guard, ...] = (
             '            {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},\n'
         ),
         replace="        patch = [\n",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="fresh-pod-list-reads-every-page",
@@ -142,6 +177,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="        users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
         replace="        users = references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
+        suite=(WRITER_MODEL,),
     ),
     # --- mnnvl_api/decisions/fencing.py: the fenced deletion's steps ---------------------------------------
     Guard(
@@ -150,6 +186,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/fencing.py",
         find="    if users:\n        return Decision(step=Step.UNCONDEMN",
         replace="    if False:\n        return Decision(step=Step.UNCONDEMN",
+        suite=(FENCE_PROTOCOL,),
     ),
     Guard(
         name="fence-waits-out-the-fence",
@@ -157,6 +194,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/fencing.py",
         find="    if waited < fence_seconds:",
         replace="    if False:",
+        suite=(FENCE_PROTOCOL,),
     ),
     Guard(
         name="fence-restarts-when-the-mark-was-not-seen",
@@ -164,6 +202,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/fencing.py",
         find="    waited = 0.0 if condemned_seen_at is None else now - condemned_seen_at",
         replace="    waited = fence_seconds if condemned_seen_at is None else now - condemned_seen_at",
+        suite=(FENCE_PROTOCOL,),
     ),
     # --- mnnvl_runtime/admission.py and mnnvl_api/decisions/domains.py: admission onto a domain -----------
     Guard(
@@ -172,6 +211,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/admission.py",
         find="    if refusal is not None:\n        raise retry(refusal)",
         replace="    if False:\n        raise retry(refusal)",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     Guard(
         name="admission-refusal-of-a-deleting-domain",
@@ -179,6 +219,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find='    if domain.deleting:\n        return f"ComputeDomain {domain.name} is being deleted"',
         replace='    if False:\n        return f"ComputeDomain {domain.name} is being deleted"',
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     Guard(
         name="admission-refusal-of-a-condemned-domain",
@@ -186,6 +227,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find='    if domain.condemned:\n        return f"ComputeDomain {domain.name} is about to be deleted"',
         replace='    if False:\n        return f"ComputeDomain {domain.name} is about to be deleted"',
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     # --- mnnvl_api/decisions/domains.py: identity and readiness -------------------------------------------
     Guard(
@@ -194,6 +236,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="        if len(owning) != 1:\n            return None",
         replace="        if not owning:\n            return None",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     Guard(
         name="managed-requires-the-creator-to-be-the-manager",
@@ -201,6 +244,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="            and self.created_by == self.managed_by\n",
         replace="",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     Guard(
         name="owned-by-requires-the-creator",
@@ -208,6 +252,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="domain.managed_by == manager and domain.created_by == manager",
         replace="domain.managed_by == manager",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="ready-requires-ownership",
@@ -215,6 +260,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="        and is_owned_by(domain, owner_uid=owner_uid, manager=manager)\n",
         replace="",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="ready-requires-a-live-domain",
@@ -222,6 +268,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="        and not domain.deleting\n        and not domain.condemned\n",
         replace="        and not domain.condemned\n",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="ready-requires-an-uncondemned-domain",
@@ -229,6 +276,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="        and not domain.condemned\n        and template_exists",
         replace="        and template_exists",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="release-decision-requires-no-user",
@@ -236,6 +284,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="    return domain.deleting and domain.protected and not template_in_use",
         replace="    return domain.deleting and domain.protected",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     # --- mnnvl_api/decisions/references.py: what counts as using a domain ---------------------------------
     Guard(
@@ -244,6 +293,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/references.py",
         find='    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES',
         replace='    return (pod.get("status") or {}).get("phase") == "Running"',
+        suite=(replica("admission_races"),),
     ),
     Guard(
         name="recording-pods-count-as-users",
@@ -251,6 +301,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/references.py",
         find="        claim_template in referenced_claim_templates(pod) or recorded_domain(pod) == domain\n",
         replace="        claim_template in referenced_claim_templates(pod)\n",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     # --- mnnvl_api/decisions/injection.py: what a pod joining a domain gets -------------------------------
     Guard(
@@ -259,6 +310,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/injection.py",
         find='    if existing is not None and existing.get("resourceClaimTemplateName") != claim_template:',
         replace="    if False:",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     Guard(
         name="pods-joining-an-unready-domain-are-gated",
@@ -266,6 +318,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/injection.py",
         find="    if gate:\n        patch += scheduling_gate_patch(spec)",
         replace="    if False:\n        patch += scheduling_gate_patch(spec)",
+        suite=(replica("admission_races"),),
     ),
     # --- mnnvl_api/decisions/ownership.py: who controls a child LeaderWorkerSet ----------------------------
     Guard(
@@ -274,6 +327,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/ownership.py",
         find='        or reference.get("name") != ds_name\n',
         replace="",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     # --- mnnvl_api/decisions/plans.py: the retirement rule of every scope ---------------------------------
     Guard(
@@ -282,6 +336,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/plans.py",
         find="        if wanted(found) or used:",
         replace="        if wanted(found):",
+        suite=(REPLICA_PLANNER,),
     ),
     # --- mnnvl_runtime/stores.py: watch stores -------------------------------------------------------------
     Guard(
@@ -389,6 +444,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/decisions.py",
         find='        if sts_meta.get("uid") != owner.get("uid"):',
         replace="        if False:",
+        suite=(REPLICA_MODEL, REPLICA_PLANNER),
     ),
     Guard(
         name="worker-leader-uid-check",
@@ -396,6 +452,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/decisions.py",
         find='        if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
         replace="        if False:",
+        suite=(replica("stale_stores"),),
     ),
     Guard(
         name="worker-leader-live-check",
@@ -403,6 +460,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/decisions.py",
         find='    if leader_meta.get("deletionTimestamp") or not references.is_non_terminal(leader):',
         replace="    if False:",
+        suite=(REPLICA_MODEL, REPLICA_PLANNER),
     ),
     Guard(
         name="leader-recorded-name-must-be-derived",
@@ -410,6 +468,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/decisions.py",
         find="    if position.is_leader and names.replica_domain_token(recorded, position.lws, position.group) is None:",
         replace="    if False:",
+        suite=(REPLICA_MODEL, REPLICA_PLANNER),
     ),
     Guard(
         name="worker-recorded-name-must-be-its-leaders",
@@ -417,6 +476,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/decisions.py",
         find="    if not position.is_leader and recorded != leader_domain:",
         replace="    if False:",
+        suite=(REPLICA_MODEL, REPLICA_PLANNER),
     ),
     # --- mnnvl_lws/admission.py ----------------------------------------------------------------------------
     Guard(
@@ -425,6 +485,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/admission.py",
         find="    if known is not None and known.opted_in:\n        return True\n",
         replace="    if True:\n        return known is not None and known.opted_in\n",
+        suite=(replica("admission_races"),),
     ),
     # --- mnnvl_lws/planner.py --------------------------------------------------------------------------------
     Guard(
@@ -433,6 +494,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="    valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.lws_name)]",
         replace="    valid_leaders = live_leaders",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="lws-ungates-only-onto-ready-domains",
@@ -440,6 +502,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="        and p.domain in ready\n        and (p.is_leader",
         replace="        and (p.is_leader",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="lws-ungates-workers-only-onto-their-leaders-domain",
@@ -447,6 +510,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="        and (p.is_leader or leader_domains.get(p.group) == p.domain)\n",
         replace="",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="lws-is-ours-requires-the-creator",
@@ -454,6 +518,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="        and domain.created_by == MANAGER\n        and domain.owner_uid is not None\n        and domain.workload == lws_name",
         replace="        and domain.owner_uid is not None\n        and domain.workload == lws_name",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="lws-is-ours-requires-a-derived-name",
@@ -461,6 +526,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="        and names.replica_domain_token(domain.name, lws_name, int(group)) is not None\n",
         replace="",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="lws-claim-holders-keep-the-domain",
@@ -468,6 +534,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
         replace="        in_use=lambda found: found.name in recorded,",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="lws-recorders-keep-the-domain",
@@ -475,6 +542,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{LWS}/planner.py",
         find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
         replace="        in_use=lambda found: found.claim_template in snapshot.templates_in_use,",
+        suite=(REPLICA_PLANNER,),
     ),
     # --- mnnvl_ds/admission.py: slice-scope pod and child LWS admission ------------------------------------
     Guard(
@@ -483,6 +551,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/admission.py",
         find="        return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)",
         replace="        return workload is not None and (workload.opted_in or child.slice_scope)",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     Guard(
         name="ds-opt-in-confirmed-afresh",
@@ -490,6 +559,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/admission.py",
         find="    if fits(known):\n        return known\n",
         replace="    if True:\n        return known if fits(known) else None\n",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     # --- mnnvl_ds/decisions.py -------------------------------------------------------------------------------
     Guard(
@@ -498,6 +568,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/decisions.py",
         find="    if domain is not None and not domains.is_owned_by(",
         replace="    if False and not domains.is_owned_by(",
+        suite=(slice_scope("stale_stores"),),
     ),
     Guard(
         name="ds-child-refused-while-the-gate-is-off",
@@ -505,6 +576,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/decisions.py",
         find="    if not gate_enabled:\n        if not role_enrolled:\n            return []",
         replace="    if not gate_enabled:\n        if True:\n            return []",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     Guard(
         name="ds-recorded-name-must-be-the-slices",
@@ -512,6 +584,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/decisions.py",
         find="    if recorded is not None and recorded != domain:",
         replace="    if False:",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     # --- mnnvl_ds/planner.py ---------------------------------------------------------------------------------
     Guard(
@@ -520,6 +593,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/planner.py",
         find="        if child.slice_scope and not child.deleting and child.owner_uid == workload.uid",
         replace="        if child.slice_scope and not child.deleting",
+        suite=(SLICE_PLANNER,),
     ),
     Guard(
         name="ds-ungates-only-onto-ready-domains",
@@ -527,6 +601,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/planner.py",
         find="        if p.gated and not p.terminal and not p.deleting and p.domain in ready",
         replace="        if p.gated and not p.terminal and not p.deleting",
+        suite=(SLICE_PLANNER,),
     ),
     Guard(
         name="ds-is-ours-requires-the-creator",
@@ -534,6 +609,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/planner.py",
         find="        and domain.created_by == MANAGER\n        and domain.owner_uid is not None\n        and domain.workload == ds_name",
         replace="        and domain.owner_uid is not None\n        and domain.workload == ds_name",
+        suite=(SLICE_PLANNER,),
     ),
     Guard(
         name="ds-is-ours-requires-a-derived-name",
@@ -541,6 +617,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/planner.py",
         find="        and domain.name == domain_name(ds_name, position)\n",
         replace="",
+        suite=(SLICE_PLANNER,),
     ),
     Guard(
         name="ds-claim-holders-keep-the-domain",
@@ -548,6 +625,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/planner.py",
         find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
         replace="        in_use=lambda found: found.name in recorded,",
+        suite=(SLICE_PLANNER,),
     ),
     Guard(
         name="ds-recorders-keep-the-domain",
@@ -555,6 +633,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/planner.py",
         find="        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,",
         replace="        in_use=lambda found: found.claim_template in snapshot.templates_in_use,",
+        suite=(SLICE_PLANNER,),
     ),
     # --- mnnvl_guardian ----------------------------------------------------------------------------------------
     Guard(
@@ -632,6 +711,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
         find="        if workload is not None:\n            return stored, workload\n",
         replace="        return (stored, workload) if workload is not None else None\n",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     Guard(
         name="ds-read-afresh-on-mismatch",
@@ -639,6 +719,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
         find="if stored is not None and agreed and stored.slice_scope:",
         replace="if stored is not None and stored.slice_scope:",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     Guard(
         name="lws-read-afresh-on-mismatch",
@@ -646,6 +727,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
         find="if domain is None or (known is not None and known.uid == domain.owner_uid):",
         replace="if True:",
+        suite=(REPLICA_MODEL, REPLICA_PLANNER),
     ),
     Guard(
         name="worker-derived-domain",
@@ -653,6 +735,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
         find="    return leader_domain(leader, position)\n",
         replace="    return references.recorded_domain(leader)\n",
+        suite=(REPLICA_MODEL, REPLICA_PLANNER),
     ),
     Guard(
         name="worker-leader-uid",
@@ -660,6 +743,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
         find='if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
         replace="if False:",
+        suite=(replica("stale_stores"),),
     ),
     Guard(
         name="field-manager-impersonation-refused",
@@ -667,6 +751,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/decisions/field_managers.py",
         find="if requester == own_user or not wrote_as(manager, meta, old_meta):",
         replace="if True:",
+        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
     ),
     # --- opted-in revisions after an opt-out, and the gate off -------------------------------------------
     Guard(
@@ -675,6 +760,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
         find="return revision is not None and await _revision_opted_in(client, stores, fresh, revision)",
         replace="return False",
+        suite=(replica("interleavings"),),
     ),
     Guard(
         name="a-stamped-revision-keeps-its-domain",
@@ -682,6 +768,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-lws/src/mnnvl_lws/planner.py",
         find="return workload.opted_in or leader.revision in stamped_revisions",
         replace="return workload.opted_in",
+        suite=(REPLICA_PLANNER,),
     ),
     Guard(
         name="a-stamped-child-keeps-its-claim",
@@ -689,6 +776,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
         find="(workload.opted_in or child.slice_scope)",
         replace="workload.opted_in",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     Guard(
         name="a-stamped-child-keeps-its-slice-domain",
@@ -696,6 +784,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/planner.py",
         find="                if not workload.deleting:",
         replace="                if workload.opted_in and not workload.deleting:",
+        suite=(SLICE_PLANNER,),
     ),
     Guard(
         name="refuse-child-scale-up-while-gate-off",
@@ -703,6 +792,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/decisions.py",
         find="        if not role_enrolled:",
         replace="        if not creating or not role_enrolled:",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     Guard(
         name="refuse-enrolled-pods-while-gate-off",
@@ -710,6 +800,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
         find="        await _refuse_while_gate_off(client, namespace, await _fresh_child(client, namespace, lws_name))\n",
         replace="        await _fresh_child(client, namespace, lws_name)\n",
+        suite=(SLICE_MODEL, SLICE_PLANNER),
     ),
     # --- mnnvl-guardian: the Deny answer ------------------------------------------------------------------
     Guard(
@@ -743,6 +834,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/decisions/fencing.py",
         find=" and previous.mark == mark and ",
         replace=" and ",
+        suite=(FENCE_PROTOCOL,),
     ),
     Guard(
         name="fence-mark-nonce",
@@ -750,6 +842,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
         find='mark, term = f"{self.component}/{uuid.uuid4().hex}", self.term()',
         replace="mark, term = self.component, self.term()",
+        suite=(WRITER_MODEL, FENCE_PROTOCOL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="fence-forgotten-on-lease-change",
@@ -757,6 +850,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/decisions/fencing.py",
         find=" and previous.term == term:",
         replace=":",
+        suite=(FENCE_PROTOCOL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="fence-counted-to-the-list-start",
@@ -764,6 +858,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
         find="            now=checked_at,\n            fence_seconds=self.fence_seconds,\n",
         replace="            now=self.clock(),\n            fence_seconds=self.fence_seconds,\n",
+        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
     ),
     Guard(
         name="fence-minimum-in-the-loader",
@@ -771,6 +866,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/models/configuration.py",
         find="        elif self.deletion_fence_seconds < minimum:\n",
         replace="        elif self.deletion_fence_seconds < 0:\n",
+        suite=(replica("admission_races"),),
     ),
     # --- mnnvl-topology: the installation identity -------------------------------------------------------
     Guard(
@@ -782,6 +878,7 @@ GUARDS: tuple[Guard, ...] = (
             "!= keys.TOPOLOGY_CONTROLLER:"
         ),
         replace="    if False:",
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-identity-installation",
@@ -789,6 +886,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
         find="    return Provenance.OURS if recorded == installation else Provenance.OTHER_INSTALLATION",
         replace="    return Provenance.OURS",
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-identity-annotation-writer",
@@ -796,6 +894,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
         find="annotations=identity) != keys.TOPOLOGY_CONTROLLER",
         replace="annotations=()) != keys.TOPOLOGY_CONTROLLER",
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-never-delete-legacy",
@@ -803,6 +902,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
         find="    return name not in set(wanted) and provenance(found, installation=installation) is Provenance.OURS",
         replace="    return name not in set(wanted) and _may_write(found, installation=installation)",
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-foreign-topology-untouched",
@@ -813,6 +913,7 @@ GUARDS: tuple[Guard, ...] = (
             "        return Action.FOREIGN\n    wanted, present"
         ),
         replace="        return Action.CREATE\n    wanted, present",
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-foreign-binding-untouched",
@@ -820,6 +921,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
         find="    if not _may_write(found, installation=installation):\n        return Action.FOREIGN\n    spec, present",
         replace="    spec, present",
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-write-as-read",
@@ -827,6 +929,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
         find='    meta = {**desired["metadata"], "resourceVersion": found["metadata"]["resourceVersion"]}',
         replace='    meta = {**desired["metadata"]}',
+        suite=(TOPOLOGY_MODEL,),
     ),
     Guard(
         name="topology-delete-as-read",
@@ -834,5 +937,6 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-topology/src/mnnvl_topology/executor.py",
         find='return await self.client.adelete(path, uid=meta["uid"], resource_version=meta["resourceVersion"])',
         replace='return await self.client.adelete(path, uid=meta["uid"])',
+        suite=(TOPOLOGY_MODEL,),
     ),
 )

@@ -59,8 +59,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Collection, Coroutine, Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import jsonpatch
 import kopf
@@ -75,7 +75,7 @@ from mnnvl_api.decisions import injection, references
 from mnnvl_runtime import domains, kube, stores
 from mnnvl_runtime.stores import Mirror, NamespacedName
 
-from . import memory_api
+from . import memory_api, settings
 from .memory_api import MemoryApi, MemoryClient, Object
 from .relist import Stream
 
@@ -98,6 +98,8 @@ RETRIED = (kube.ApiError, domains.NotLeadingError, asyncio.CancelledError)
 #: Where the Lease may pass (None: it expires), and what becomes of the deposed leader (`move_lease`).
 LEASE_TARGETS = (*REPLICAS, None)
 DEPOSED = ("cancelled at once", "cancelled at its next write", "restarted")
+#: Besides those, for a pass cut by a hand-over (`CutPasses`): the deposed leader hears back and goes on.
+CUT_DEPOSED = (*DEPOSED, "hears back and goes on")
 #: How a write in flight ends (`end_request`).
 REQUEST_OUTCOMES = ("answered", "unanswered", "lands later", "lost")
 #: What one watch stream does in a step (`move_watches`).
@@ -109,10 +111,10 @@ def accepted_fences() -> list[float]:
     found = {models.Configuration().compute_domain.deletion_fence_seconds}
     for seconds in FENCES:
         try:
-            settings = models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": seconds}})
+            configuration = models.Configuration.model_validate({"computeDomain": {"deletionFenceSeconds": seconds}})
         except pydantic.ValidationError:
             continue
-        found.add(settings.compute_domain.deletion_fence_seconds)
+        found.add(configuration.compute_domain.deletion_fence_seconds)
     return sorted(found)
 
 
@@ -135,16 +137,28 @@ def new_writer(
 MachineT = TypeVar("MachineT", bound=RuleBasedStateMachine)
 
 
-def campaign(machine: type[MachineT], name: str, *, rules: Collection[str]) -> type[MachineT]:
-    """`machine` with only the rules named (its initializers and invariants all kept): a campaign of one kind of
-    race. With every rule in play a chain of four or five particular steps is rare (each step is one rule of
-    fifteen, and Hypothesis's swarm testing turns rules off at random, not by kind); among the eight or so rules of
-    one race it is likely, so a campaign finds in a hundred runs what the whole model may miss in thousands."""
+#: The rules of each race a campaign stages, as every scope names them; a scope adds the rules by which its pods
+#: come (and its workloads' objects come and go).
+ADMISSION_RACE_RULES = ("pod_ends", "leader_settles", "replica_catches_up", "time_passes", "admission_ends")
+HAND_OVER_RULES = ("lease_moves", "leader_reconciles", "request_ends", *ADMISSION_RACE_RULES)
+STALE_STORE_RULES = ("watches", "workload_changes", "pod_ends", "leader_settles", "time_passes", "admission_ends")
+
+
+def campaign(
+    machine: type[MachineT], name: str, *, rules: Collection[str], max_examples: int = 100, steps: int = 40
+) -> type[MachineT]:
+    """`machine` with only the rules named (its initializers and invariants all kept), searched with `max_examples`
+    runs of `steps` steps: a campaign of one kind of race. With every rule in play a chain of four or five
+    particular steps is rare (each step is one rule of fifteen, and Hypothesis's swarm testing turns rules off at
+    random, not by kind); among the eight or so rules of one race it is likely, so a campaign finds in a hundred
+    runs what the whole model may miss in thousands."""
     known = {found.function.__name__ for found in machine.setup_state().rules}
     if unknown := set(rules) - known:
         raise ValueError(f"campaign {name}: {machine.__name__} has no rules {sorted(unknown)}")
     left_out = {rule_name: _plain(getattr(machine, rule_name)) for rule_name in known - set(rules)}
-    return type(f"{machine.__name__}{name}", (machine,), left_out)
+    staged = cast(type[MachineT], type(f"{machine.__name__}{name}", (machine,), left_out))
+    staged.TestCase.settings = settings.for_model(max_examples=max_examples, steps=steps)
+    return staged
 
 
 def _plain(rule: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,6 +219,9 @@ class Replica(Generic[StoresT, ExecutorT]):
 
 
 class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
+    #: The most disruptions of each kind one run may have (a campaign may allow more).
+    disruption_budget: Mapping[str, int] = DISRUPTIONS
+
     """Two replicas of one controller and the steps they go through (`move_lease`, `start_pass`, `settle_leader`,
     `catch_up`, `end_request`, `move_watches`), which `ControllerRules` draws one rule each. A model says what the
     Lease holder's passes work on (`work_keys`) and what one pass does (`work`), creates its objects, then calls
@@ -317,18 +334,19 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         return self.replicas[REPLICAS[index]]
 
     def may_disrupt(self, kind: str) -> bool:
-        """Whether the run may have one more disruption of `kind` (`DISRUPTIONS`); counts it if so. A precondition:
+        """Whether the run may have one more disruption of `kind` (`DISRUPTIONS`; `disrupted` counts one). A precondition:
         a run whose Lease moves, or whose workloads are rewritten, every few steps never gets deep enough for the
         protocol's steps to interleave with them."""
-        return self.disruptions.get(kind, 0) < DISRUPTIONS[kind]
+        return self.disruptions.get(kind, 0) < self.disruption_budget[kind]
 
     def disrupted(self, kind: str) -> None:
         self.disruptions[kind] = self.disruptions.get(kind, 0) + 1
 
     def move_lease(self, to: str | None, deposed: str) -> None:
         """The Lease passes to `to` (None: it expires, nobody holds it yet). The deposed leader's pass is cancelled
-        at once, or goes on until its next write is refused (`may_write`), or its process is killed and started
-        again with nothing remembered; whatever it has in flight may still land."""
+        at once; or goes on until its next write is refused (`may_write`), its writes in flight landing when they
+        may, or at once, answered (it hears back and goes on: its renewal failed, not its connection); or its
+        process is killed and started again with nothing remembered. Whatever it has in flight may still land."""
         leader = self.api.leader
         if to == leader:
             return
@@ -336,10 +354,13 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         self.api.leader = to
         if leader is not None:
             replica = self.replicas[leader]
-            if deposed != "cancelled at its next write" and replica.passing is not None:
+            goes_on = deposed in ("cancelled at its next write", "hears back and goes on")
+            if not goes_on and replica.passing is not None:
                 replica.passing.cancel()
             self.on_lease_change(replica, False)
             self.settle()
+            if deposed == "hears back and goes on":
+                self.land_from(leader)
             if deposed == "restarted":
                 self.restart(leader)
         if to is not None:
@@ -411,6 +432,12 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             if outcome == "lost":
                 self.api.in_flight.remove(request)
         self.settle()
+
+    def land_from(self, sender: str) -> None:
+        """Every request `sender` has in flight lands, answered, and so does every one its pass sends meanwhile."""
+        while sent := [request for request in self.api.in_flight if request.sender == sender]:
+            self.api.land(sent[0], answered=True)
+            self.settle()
 
     def land_everything(self) -> None:
         """For scripted scenarios: every request lands, answered, until nothing is in flight."""
@@ -520,6 +547,25 @@ class ControllerRules(ControllerMachine[StoresT, ExecutorT]):
     @rule(data=st.data())
     def watches(self, data: st.DataObject) -> None:
         self.move_watches(data)
+
+
+class CutPasses(ControllerMachine[Any, Any]):
+    """A rule for a campaign's machine (`with_rules`): a hand-over drawn on its own seldom falls inside a pass, and
+    a pass whose first writes land before its next ones are sent (a domain created, then an obsolete one condemned
+    or deleted) is rarer still."""
+
+    @precondition(lambda self: self._may_reconcile() and self.may_disrupt("lease"))
+    @rule(data=st.data(), to=st.sampled_from(LEASE_TARGETS), deposed=st.sampled_from(CUT_DEPOSED))
+    def pass_cut_by_hand_over(self, data: st.DataObject, to: str | None, deposed: str) -> None:
+        """The Lease holder starts a pass and loses the Lease while its first writes are in flight."""
+        self.start_pass(data)
+        self.move_lease(to, deposed)
+
+
+def with_rules(machine: type[MachineT], *rules: type[ControllerMachine[Any, Any]]) -> type[MachineT]:
+    """`machine` with the rules of the mixins `rules` besides its own (for a campaign: the whole model's search
+    stays as it is)."""
+    return cast(type[MachineT], type(machine.__name__, (*rules, machine), {}))
 
 
 class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonpatch
+import jsonpointer
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import references
@@ -400,8 +401,8 @@ class MemoryClient:
                 raise kube.ApiError(status=404, reason="NotFound")
             try:
                 patched = jsonpatch.apply_patch(current, patch)  # validate first: a failed patch changes nothing
-            except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as error:
-                raise kube.ApiError(status=422, reason="Invalid") from error
+            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
+                raise kube.ApiError(status=422, reason="Invalid") from error  # a failed test, a path not there
 
             def change(body: Object) -> None:
                 body.clear()

@@ -36,7 +36,20 @@ from mnnvl_api.decisions import opt_in, references
 from mnnvl_lws import admission, decisions, executor, planner, state
 
 from . import settings
-from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences, campaign
+from .harness import (
+    ADMISSION_BOUND,
+    ADMISSION_RACE_RULES,
+    GPU,
+    HAND_OVER_RULES,
+    NS,
+    REPLICAS,
+    STALE_STORE_RULES,
+    CutPasses,
+    ScopeMachine,
+    accepted_fences,
+    campaign,
+    with_rules,
+)
 from .memory_api import Object
 
 LWS = "dsr1"
@@ -391,8 +404,9 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
         self.reconcile_fully(REPLICAS[0])
         for name in REPLICAS:
             self.catch_up(name)
-        (domain,) = domains_of_group(self, group)
-        return domain
+        made = domains_of_group(self, group)
+        assert len(made) == 1, f"group {group} runs with domains {made}, not one"
+        return made[0]
 
     # --- what must hold after every step, besides the invariants of every scope ---------------------------
 
@@ -421,67 +435,48 @@ class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
 ReplicaScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)
 test_replica_scope_interleavings = ReplicaScope.TestCase
 
+#: How a group's pods come: a leader begun, its workers' StatefulSet created, a worker begun.
+POD_RULES = ("begin_leader", "begin_worker", "statefulset_created")
+#: How a group restarts: its leader's StatefulSet collected (after the leader is deleted or fails).
+GROUP_RESTART_RULES = ("garbage_collected",)
+
 #: Pods admitted while their group's domain is retired (its leader failing or deleted, its group restarted), with
 #: the Lease holder settling in between and admissions landing as late as they may.
 AdmissionRaces = campaign(
-    ReplicaScope,
-    "AdmissionRaces",
-    rules=(
-        "begin_leader",
-        "begin_worker",
-        "statefulset_created",
-        "garbage_collected",
-        "pod_ends",
-        "leader_settles",
-        "replica_catches_up",
-        "time_passes",
-        "admission_ends",
-    ),
+    ReplicaScope, "AdmissionRaces", rules=(*POD_RULES, *GROUP_RESTART_RULES, *ADMISSION_RACE_RULES)
 )
-AdmissionRaces.TestCase.settings = settings.for_model(max_examples=100, steps=40)
 test_replica_scope_admission_races = AdmissionRaces.TestCase
 
 #: Lease hand-overs while passes and their writes are in flight, with pods admitted and ending meanwhile.
-HandOvers = campaign(
-    ReplicaScope,
-    "HandOvers",
-    rules=(
-        "lease_moves",
-        "leader_reconciles",
-        "request_ends",
-        "leader_settles",
-        "replica_catches_up",
-        "begin_leader",
-        "begin_worker",
-        "statefulset_created",
-        "pod_ends",
-        "time_passes",
-        "admission_ends",
-    ),
-)
-HandOvers.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+HandOvers = campaign(ReplicaScope, "HandOvers", rules=(*POD_RULES, *HAND_OVER_RULES))
 test_replica_scope_hand_overs = HandOvers.TestCase
 
 #: Watch streams that lag, drop events and relist while the LeaderWorkerSet is rewritten (opt-in toggled, rolled
 #: out, deleted and created again) and its groups restart.
-StaleStores = campaign(
-    ReplicaScope,
-    "StaleStores",
-    rules=(
-        "watches",
-        "workload_changes",
-        "begin_leader",
-        "begin_worker",
-        "statefulset_created",
-        "garbage_collected",
-        "pod_ends",
-        "leader_settles",
-        "time_passes",
-        "admission_ends",
-    ),
-)
-StaleStores.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+StaleStores = campaign(ReplicaScope, "StaleStores", rules=(*POD_RULES, *GROUP_RESTART_RULES, *STALE_STORE_RULES))
 test_replica_scope_stale_stores = StaleStores.TestCase
+
+#: Passes cut by a hand-over, whose deposed leader goes on (`harness.CutPasses`), while groups restart: a domain
+#: created and the obsolete one condemned or deleted in one pass, the fence passing meanwhile.
+LateWrites = campaign(
+    with_rules(ReplicaScope, CutPasses),
+    "LateWrites",
+    rules=(
+        "begin_leader",
+        "pod_ends",
+        "garbage_collected",
+        "admission_ends",
+        "replica_catches_up",
+        "leader_reconciles",
+        "lease_moves",
+        "pass_cut_by_hand_over",
+        "request_ends",
+        "time_passes",
+    ),
+    max_examples=300,
+)
+LateWrites.disruption_budget = {"lease": 12, "workload": 4}
+test_replica_scope_late_writes = LateWrites.TestCase
 
 
 # --- scripted scenarios: the model's own steps, in an order that matters --------------------------------------
@@ -496,18 +491,13 @@ def domains_of_group(machine: ReplicaScope, group: int) -> list[str]:
     )
 
 
-def running_group(machine: ReplicaScope, *, gpu_leader: bool) -> str:
-    """Group 0 running (`ReplicaScope.group_runs`); returns its domain."""
-    return machine.group_runs(0, gpu_leader=gpu_leader)
-
-
 def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_delete() -> None:
     """A worker is admitted while its leader lives, the leader fails, the domain is condemned, and the worker is
     persisted only afterwards, as late as admission allows: with the longest fence the configuration accepts, the
     final fresh read sees it and the mark is lifted."""
     machine = ReplicaScope()
     machine.configured(max(accepted_fences()))
-    domain = running_group(machine, gpu_leader=False)
+    domain = machine.group_runs(0, gpu_leader=False)
     machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
     machine.pod_ends_named(f"{LWS}-0", fails=True)
     machine.catch_up("a")
@@ -526,7 +516,7 @@ def test_no_configurable_fence_lets_a_domain_go_before_a_pod_admitted_onto_it_la
     A worker read its domain as ready just before the mark; its creation lands `ADMISSION_BOUND` later."""
     machine = ReplicaScope()
     machine.configured(min(accepted_fences()))
-    domain = running_group(machine, gpu_leader=True)
+    domain = machine.group_runs(0, gpu_leader=True)
     machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
     machine.pod_ends_named(f"{LWS}-0", fails=True)
     machine.catch_up("a")
@@ -544,7 +534,7 @@ def test_a_group_restarted_after_opt_out_keeps_its_claim_until_the_rollout_repla
     has not reached is deleted and made again from the old, stamped template. It must not run without its
     claim."""
     machine = ReplicaScope()
-    running_group(machine, gpu_leader=True)
+    machine.group_runs(0, gpu_leader=True)
     machine.workload_changes("opt-in toggled")
     machine.catch_up("a")
     machine.catch_up("b")
@@ -560,7 +550,7 @@ def test_a_restarted_group_binds_its_worker_to_the_new_leader_even_when_the_stor
     """The webhook's stores still show the old leader incarnation, and the old StatefulSet is gone only at a later
     step: the worker of the new StatefulSet joins the new leader's domain, never the old one."""
     machine = ReplicaScope()
-    old = running_group(machine, gpu_leader=True)
+    old = machine.group_runs(0, gpu_leader=True)
     machine.pod_ends_named(f"{LWS}-0", fails=False)
     machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
     machine.persist_named(f"{LWS}-0")
@@ -585,7 +575,7 @@ def test_a_deposed_leaders_condemn_landing_after_the_hand_over_changes_nothing_u
     and finds the worker."""
     machine = ReplicaScope()
     machine.configured(max(accepted_fences()))
-    domain = running_group(machine, gpu_leader=False)
+    domain = machine.group_runs(0, gpu_leader=False)
     machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
     machine.pod_ends_named(f"{LWS}-0", fails=True)
     machine.catch_up("a")

@@ -33,7 +33,18 @@ from mnnvl_api.decisions import opt_in, references
 from mnnvl_ds import admission, decisions, executor, planner, state
 
 from . import settings
-from .harness import ADMISSION_BOUND, GPU, NS, REPLICAS, ScopeMachine, accepted_fences, campaign
+from .harness import (
+    ADMISSION_BOUND,
+    ADMISSION_RACE_RULES,
+    GPU,
+    HAND_OVER_RULES,
+    NS,
+    REPLICAS,
+    STALE_STORE_RULES,
+    ScopeMachine,
+    accepted_fences,
+    campaign,
+)
 from .memory_api import Object
 
 DS = "llm"
@@ -326,64 +337,21 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
 SliceScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)
 test_slice_scope_interleavings = SliceScope.TestCase
 
+#: How a slice's pods come and go: its children created and deleted, their pods begun.
+POD_RULES = ("child_created", "child_deleted", "begin_pod")
+
 #: Pods admitted while their slice's domain is retired (its children drained), with the Lease holder settling in
 #: between and admissions landing as late as they may (`harness.campaign`).
-AdmissionRaces = campaign(
-    SliceScope,
-    "AdmissionRaces",
-    rules=(
-        "child_created",
-        "child_deleted",
-        "begin_pod",
-        "pod_ends",
-        "leader_settles",
-        "replica_catches_up",
-        "time_passes",
-        "admission_ends",
-    ),
-)
-AdmissionRaces.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+AdmissionRaces = campaign(SliceScope, "AdmissionRaces", rules=(*POD_RULES, *ADMISSION_RACE_RULES))
 test_slice_scope_admission_races = AdmissionRaces.TestCase
 
 #: Lease hand-overs while passes and their writes are in flight, with children and pods coming and going.
-HandOvers = campaign(
-    SliceScope,
-    "HandOvers",
-    rules=(
-        "lease_moves",
-        "leader_reconciles",
-        "request_ends",
-        "leader_settles",
-        "replica_catches_up",
-        "child_created",
-        "child_deleted",
-        "begin_pod",
-        "pod_ends",
-        "time_passes",
-        "admission_ends",
-    ),
-)
-HandOvers.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+HandOvers = campaign(SliceScope, "HandOvers", rules=(*POD_RULES, *HAND_OVER_RULES))
 test_slice_scope_hand_overs = HandOvers.TestCase
 
 #: Watch streams that lag, drop events and relist while the DisaggregatedSet is rewritten (opt-in toggled,
 #: templates edited, deleted and created again) and its children come and go.
-StaleStores = campaign(
-    SliceScope,
-    "StaleStores",
-    rules=(
-        "watches",
-        "workload_changes",
-        "child_created",
-        "child_deleted",
-        "begin_pod",
-        "pod_ends",
-        "leader_settles",
-        "time_passes",
-        "admission_ends",
-    ),
-)
-StaleStores.TestCase.settings = settings.for_model(max_examples=100, steps=40)
+StaleStores = campaign(SliceScope, "StaleStores", rules=(*POD_RULES, *STALE_STORE_RULES))
 test_slice_scope_stale_stores = StaleStores.TestCase
 
 
