@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 PROFILE_VARIABLE = "MNNVL_SAFETY_PROFILE"
+#: For the properties of pure decisions: they are cheap, so the search is broad.
+PURE_SEARCH = settings(max_examples=1500)
+#: For the facts that end a story (gate off, workload gone or deleting, pods ended, domains deleting): true now and
+#: then, so that most drawn snapshots have something left to decide.
+RARELY = st.sampled_from((False, False, False, True))
 
 
 def for_model(*, max_examples: int, steps: int) -> settings:

@@ -4,7 +4,7 @@ onto a domain that is not ready."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys, names
@@ -12,6 +12,7 @@ from mnnvl_api.decisions import domains, plans
 from mnnvl_lws import planner
 
 from ..mnnvl_lws import build
+from .settings import PURE_SEARCH, RARELY
 
 LWS = "deepseek-r1"
 #: Names the replica scope derives (two incarnations per group), and names it never derives: a leader's recorded
@@ -20,11 +21,6 @@ DERIVED = [names.replica_domain_name(LWS, g, t) for g in (0, 1) for t in ("bbbbb
 UNDERIVED = [f"{LWS}-0-zz", f"{LWS}-1"]
 DOMAINS = DERIVED + UNDERIVED
 REVISIONS = ("rev-stamped", "rev-plain")
-#: For the facts that end a workload's story (gate off, workload gone or deleting, pods ended, domains deleting):
-#: true now and then, so that most snapshots have something left to plan.
-rarely = st.sampled_from((False, False, False, True))
-#: Pure decisions are cheap: a broad search.
-SEARCH = settings(max_examples=1500)
 
 
 def group_of(name: str) -> int:
@@ -44,8 +40,8 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
                 group,
                 domain,
                 gated=draw(st.booleans()),
-                terminal=draw(rarely),
-                deleting=draw(rarely),
+                terminal=draw(RARELY),
+                deleting=draw(RARELY),
                 revision=draw(st.sampled_from(REVISIONS)),
             )
         )
@@ -65,12 +61,12 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
                 owner_uid=None if kind == "foreign" else build.UID if kind != "previous incarnation" else "old-uid",
                 manager=None if kind == "foreign" else keys.LWS_CONTROLLER,
                 created_by="kubectl" if kind == "look-alike" else "manager",
-                deleting=draw(rarely),
+                deleting=draw(RARELY),
                 protected=draw(st.booleans()),
-                condemned=draw(rarely),
+                condemned=draw(RARELY),
             )
         )
-        if not draw(rarely):  # the driver made its claim template (or not yet)
+        if not draw(RARELY):  # the driver made its claim template (or not yet)
             templates.append(names.claim_template_name(name))
     opted_in = draw(st.booleans())
     return build.snapshot(
@@ -80,10 +76,10 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
         in_use=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
         recorded=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
         workload_=planner.Workload(
-            namespace="serving", name=LWS, uid=build.UID, deleting=draw(rarely), opted_in=opted_in
+            namespace="serving", name=LWS, uid=build.UID, deleting=draw(RARELY), opted_in=opted_in
         ),
-        gate_enabled=not draw(rarely),
-        gone=draw(rarely),
+        gate_enabled=not draw(RARELY),
+        gone=draw(RARELY),
         stamped_revisions=(REVISIONS[0],),
     )
 
@@ -108,7 +104,7 @@ def in_use(snapshot: planner.Snapshot, name: str) -> bool:
     )
 
 
-@SEARCH
+@PURE_SEARCH
 @given(snapshot=snapshots())
 def test_the_planner_never_acts_unsafely(snapshot: planner.Snapshot) -> None:
     """It touches only domains of ours, never one in use; it creates only names it derives for a live leader of a
@@ -152,7 +148,7 @@ def test_the_planner_never_acts_unsafely(snapshot: planner.Snapshot) -> None:
         assert own_leader.domain == pod.domain, f"{pod.name} is not on its leader's domain"
 
 
-@SEARCH
+@PURE_SEARCH
 @given(snapshot=snapshots())
 def test_every_live_leader_of_a_managed_group_gets_its_domain(snapshot: planner.Snapshot) -> None:
     """Liveness: a live leader of an opted-in LWS, or of a revision that was opted in, recording a name the scope

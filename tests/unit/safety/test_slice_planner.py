@@ -5,7 +5,7 @@ existing object, and never ungates a pod onto a domain that is not ready."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys
@@ -13,17 +13,11 @@ from mnnvl_api.decisions import plans
 from mnnvl_ds import planner
 
 from ..mnnvl_ds import build
+from .settings import PURE_SEARCH, RARELY
 
 POSITIONS = [(s, r) for s in (0, 1) for r in (build.REVISION, build.NEXT_REVISION)]
 DOMAINS = [build.domain_name(*position) for position in POSITIONS]
 OWNERS = [build.UID, "previous-incarnation"]
-
-
-#: For the facts that end a story (gate off, set gone or deleting, pods ended, children and domains deleting): true
-#: now and then, so that most snapshots have something left to plan.
-rarely = st.sampled_from((False, False, False, True))
-#: Pure decisions are cheap: a broad search.
-SEARCH = settings(max_examples=1500)
 
 
 @st.composite
@@ -33,9 +27,9 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
             slice_index,
             revision,
             role,
-            slice_scope=not draw(rarely),
+            slice_scope=not draw(RARELY),
             owner_uid=draw(st.sampled_from(OWNERS)),
-            deleting=draw(rarely),
+            deleting=draw(RARELY),
         )
         for (slice_index, revision), role in draw(
             st.lists(st.tuples(st.sampled_from(POSITIONS), st.sampled_from(("prefill", "decode"))), unique=True)
@@ -46,8 +40,8 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
             f"pod-{index}",
             draw(st.sampled_from([None, *DOMAINS])),
             gated=draw(st.booleans()),
-            terminal=draw(rarely),
-            deleting=draw(rarely),
+            terminal=draw(RARELY),
+            deleting=draw(RARELY),
         )
         for index in range(draw(st.integers(0, 4)))
     )
@@ -65,12 +59,12 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
             owner_uid=None if kind == "unmanaged" else draw(st.sampled_from(OWNERS)),
             manager={"unmanaged": None, "other-controller": keys.LWS_CONTROLLER}.get(kind, keys.DS_CONTROLLER),
             created_by="kubectl" if kind == "forged" else "manager",
-            deleting=draw(rarely),
+            deleting=draw(RARELY),
             protected=draw(st.booleans()),
-            condemned=draw(rarely),
+            condemned=draw(RARELY),
         )
         domains.append(found)
-        if not draw(rarely):  # the driver made its claim template (or not yet)
+        if not draw(RARELY):  # the driver made its claim template (or not yet)
             templates.append(found.claim_template)
     return build.snapshot(
         children=children,
@@ -79,9 +73,9 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
         templates=tuple(templates),
         in_use=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
         recorded=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
-        workload_=build.workload(deleting=draw(rarely), opted_in=draw(st.booleans())),
-        gone=draw(rarely),
-        gate_enabled=not draw(rarely),
+        workload_=build.workload(deleting=draw(RARELY), opted_in=draw(st.booleans())),
+        gone=draw(RARELY),
+        gate_enabled=not draw(RARELY),
     )
 
 
@@ -95,7 +89,7 @@ def current_positions(snapshot: planner.Snapshot) -> set[tuple[int, str]]:
     }
 
 
-@SEARCH
+@PURE_SEARCH
 @given(snapshot=snapshots())
 def test_the_planner_never_acts_unsafely(snapshot: planner.Snapshot) -> None:
     plan = planner.plan(snapshot)
@@ -135,7 +129,7 @@ def test_the_planner_never_acts_unsafely(snapshot: planner.Snapshot) -> None:
         assert joined.claim_template in snapshot.existing_templates
 
 
-@SEARCH
+@PURE_SEARCH
 @given(snapshot=snapshots())
 def test_every_live_child_of_the_current_set_gets_its_domain(snapshot: planner.Snapshot) -> None:
     """Liveness: a (slice, revision) with a live slice-scope LeaderWorkerSet of the current set (stamped, so
