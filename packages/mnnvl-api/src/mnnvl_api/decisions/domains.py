@@ -93,7 +93,7 @@ def identity_owner(
     owners: set[str] = set()
     for section, key in [*(("labels", label) for label in labels), *(("annotations", a) for a in annotations)]:
         owning = field_owners(meta, section, key)
-        if len(owning) != 1:
+        if not owning:
             return None
         owners |= owning
     return owners.pop() if len(owners) == 1 else None
