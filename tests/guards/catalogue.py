@@ -57,6 +57,8 @@ WRITER_MODEL = f"{PROPERTY_SUITE}/test_writer_interleavings.py"
 REPLICA_ADMISSION = f"{PROPERTY_SUITE}/test_replica_admission.py"
 #: The slice scope's pod and child webhooks over arbitrary worlds.
 SLICE_ADMISSION = f"{PROPERTY_SUITE}/test_slice_admission.py"
+#: ComputeDomain writes naming any field manager, through the API server and the identity webhook.
+IDENTITY_WRITES = f"{PROPERTY_SUITE}/test_domain_identity_writes.py"
 #: The fenced deletion's decisions over any history of one domain's name.
 FENCE_PROTOCOL = f"{PROPERTY_SUITE}/test_fence_protocol.py"
 #: Two installations of mnnvl-topology side by side.
@@ -756,7 +758,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/decisions/field_managers.py",
         find="if requester == own_user or not wrote_as(manager, meta, old_meta):",
         replace="if True:",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(IDENTITY_WRITES,),
     ),
     # --- opted-in revisions after an opt-out, and the gate off -------------------------------------------
     Guard(
