@@ -34,13 +34,26 @@ IDENTITY = {keys.OWNER_UID_LABEL: "uid-w", keys.MANAGED_BY_LABEL: keys.LWS_CONTR
 WRITE = st.tuples(mostly(*USERS), st.sampled_from(MANAGERS), st.sampled_from(("create", "relabel", "delete")))
 
 
+def owns_identity(domain: Object, manager: str) -> bool:
+    """`manager` already owns every identity label, with its value: applying them again changes nothing, and the
+    API server does not write the object (nor its managedFields)."""
+    meta = domain["metadata"]
+    owned = {
+        key
+        for entry in meta["managedFields"]
+        if entry["manager"] == manager
+        for key in entry["fieldsV1"]["f:metadata"]["f:labels"]
+    }
+    return all(meta["labels"].get(key) == value and f"f:{key}" in owned for key, value in IDENTITY.items())
+
+
 def written(api: MemoryApi, manager: str, kind: str) -> Object | None:
     """The domain after `manager`'s write of `kind` on `api` (None: the write does not apply now)."""
     current = api.peek(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
     if kind == "create" and current is None:
         body: Object = {"metadata": {"name": NAME, "namespace": NS, "labels": dict(IDENTITY)}, "spec": {}}
         return api.put(keys.COMPUTE_DOMAIN_PLURAL, body, manager=manager)
-    if kind == "relabel" and current is not None:
+    if kind == "relabel" and current is not None and not owns_identity(current, manager):
         return api.apply_labels(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME, IDENTITY, manager=manager)
     return None
 
