@@ -308,7 +308,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/references.py",
         find="        claim_template in referenced_claim_templates(pod) or recorded_domain(pod) == domain\n",
         replace="        claim_template in referenced_claim_templates(pod)\n",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(WRITER_MODEL,),
     ),
     # --- mnnvl_api/decisions/injection.py: what a pod joining a domain gets -------------------------------
     Guard(

@@ -28,7 +28,6 @@ import jsonpatch
 import jsonpointer
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import references
 from mnnvl_runtime import kube
 
 #: Objects per page of a list: small, so in-use checks and re-lists cross page boundaries.
@@ -76,6 +75,17 @@ class Request:
     pinned: bool
     apply: Callable[[], Any]
     answer: asyncio.Future[Any]
+
+
+def references_domain(pod: Object, *, domain: str, claim_template: str) -> bool:
+    """The pod has not ended and holds the domain's claim or records the domain: the model's own account of who
+    uses a domain, written out here rather than taken from the code under test (whose removed guards would weaken
+    the judge with the judged)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    claims = (pod.get("spec") or {}).get("resourceClaims") or []
+    recorded = (pod["metadata"].get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
+    return recorded == domain or any(claim.get("resourceClaimTemplateName") == claim_template for claim in claims)
 
 
 def selects(selector: str | None, labels: Mapping[str, str]) -> bool:
@@ -214,7 +224,7 @@ class MemoryApi:
             sorted(
                 pod["metadata"]["name"]
                 for (plural, ns, _), pod in self.objects.items()
-                if plural == "pods" and ns == namespace and references.uses(pod, domain=name, claim_template=claim)
+                if plural == "pods" and ns == namespace and references_domain(pod, domain=name, claim_template=claim)
             )
         )
         self.teardowns.append(Teardown(domain=name, users=users))

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import domains, references
+from mnnvl_api.decisions import domains
 from mnnvl_api.models import computedomain
 from mnnvl_runtime import domains as writing
 
@@ -80,7 +80,7 @@ def pod_body(name: str, uses: str, *, gated: bool) -> Object:
 
 
 def uses_domain(pod: Object) -> bool:
-    return references.uses(pod, domain=NAME, claim_template=TEMPLATE)
+    return memory_api.references_domain(pod, domain=NAME, claim_template=TEMPLATE)
 
 
 @dataclasses.dataclass(frozen=True)
