@@ -59,6 +59,8 @@ REPLICA_ADMISSION = f"{PROPERTY_SUITE}/test_replica_admission.py"
 SLICE_ADMISSION = f"{PROPERTY_SUITE}/test_slice_admission.py"
 #: ComputeDomain writes naming any field manager, through the API server and the identity webhook.
 IDENTITY_WRITES = f"{PROPERTY_SUITE}/test_domain_identity_writes.py"
+#: What each layer of mnnvl-guardian (planner, stores) promises on its own.
+GUARDIAN_CONTRACTS = f"{PROPERTY_SUITE}/test_guardian_contracts.py"
 #: The fenced deletion's decisions over any history of one domain's name.
 FENCE_PROTOCOL = f"{PROPERTY_SUITE}/test_fence_protocol.py"
 #: Two installations of mnnvl-topology side by side.
@@ -291,7 +293,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/domains.py",
         find="    return domain.deleting and domain.protected and not template_in_use",
         replace="    return domain.deleting and domain.protected",
-        suite=(REPLICA_MODEL, SLICE_MODEL, REPLICA_PLANNER, SLICE_PLANNER),
+        suite=(GUARDIAN_CONTRACTS,),
     ),
     # --- mnnvl_api/decisions/references.py: what counts as using a domain ---------------------------------
     Guard(
@@ -651,17 +653,15 @@ GUARDS: tuple[Guard, ...] = (
         replace="        if False:\n            telemetry.REFUSALS.inc()",
         suite=(GUARDIAN_MODEL,),
     ),
-    # This guard and guardian-indexes-only-managed-domains keep the same promise twice: the planner sees only what
-    # the stores let in, so each is redundant while the other stands (and both, while the executor rechecks
-    # identity on a fresh read). Removing one alone is a finding by design; removing both and an executor check is
-    # caught.
+    # This guard and guardian-indexes-only-managed-domains keep the same promise twice (the planner sees only what
+    # the stores let in); each layer's own contract (`test_guardian_contracts.py`) catches its removal.
     Guard(
         name="guardian-acts-only-on-managed-domains",
         keeps="the guardian never protects or releases a domain that is not managed by mnnvl (by identity)",
         path=f"{GUARDIAN}/planner.py",
         find="    if not domain.managed:\n        return Action.NOTHING",
         replace="    if False:\n        return Action.NOTHING",
-        suite=(GUARDIAN_MODEL,),
+        suite=(GUARDIAN_CONTRACTS,),
     ),
     Guard(
         name="guardian-releases-only-with-the-gate-on",
@@ -677,7 +677,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{GUARDIAN}/state.py",
         find="        self.shared.apply_domain(uid, body if body is not None and domains.facts_of(body).managed else None)",
         replace="        self.shared.apply_domain(uid, body)",
-        suite=(GUARDIAN_MODEL,),
+        suite=(GUARDIAN_CONTRACTS,),
     ),
     Guard(
         name="guardian-protects-only-a-fresh-managed-domain",
