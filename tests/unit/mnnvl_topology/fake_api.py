@@ -57,7 +57,7 @@ def stored(manifest: Object, *, managers: Mapping[str, str] | None = None, manag
     return body
 
 
-def _take_ownership(meta: Object, manager: str, applied: Mapping[str, Any]) -> None:
+def take_ownership(meta: Object, manager: str, applied: Mapping[str, Any]) -> None:
     """Server-side apply with force: the applied labels and annotations move to `manager`."""
     entries: list[Object] = meta.get("managedFields") or []
     for entry in entries:
@@ -146,7 +146,7 @@ class FakeApi:
             after["metadata"][section] = {**(after["metadata"].get(section) or {}), **(meta.get(section) or {})}
         after["spec"] = copy.deepcopy(manifest["spec"])
         after["metadata"]["resourceVersion"] = str(next(_versions))
-        _take_ownership(after["metadata"], self.field_manager, meta)
+        take_ownership(after["metadata"], self.field_manager, meta)
         self.objects[(plural, meta["name"])] = after
         self.writes.append(("apply", plural, copy.deepcopy(before), copy.deepcopy(after)))
         return copy.deepcopy(after)

@@ -4,14 +4,19 @@ Hypothesis draws a cluster of Topologies and bindings under a few names — this
 installation's, an earlier version's (our field manager, no installation recorded), copied manifests (labelled ours,
 written by kubectl, with or without an installation annotation), earlier versions' objects annotated by someone
 else, a user's, Grove's — and two configurations, then runs the two installations' executors (planner decisions,
-the fake API server recording field managers) against each other's output, round after round. Who made each object
-is the test's own record, not the planner's verdict, so a planner that trusts a label is caught.
+the fake API server recording field managers) against each other's output, round after round; in the first round,
+someone else may take over (apply the identity of) any object an installation has just read, before its write
+lands, so a write not conditioned on the version read is caught. Who made each object is the test's own record,
+not the planner's verdict, so a planner that trusts a label is caught.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
@@ -20,7 +25,8 @@ from hypothesis import strategies as st
 from mnnvl_api import keys
 from mnnvl_topology import executor, planner
 
-from ..mnnvl_topology.fake_api import FakeApi, entry, executor_over, stored, topologies_seen
+from ..mnnvl_topology.fake_api import IDENTIFIED, FakeApi, entry, executor_over, stored, take_ownership, topologies_seen
+from .worlds import mostly
 
 Object = dict[str, Any]
 A = "mnnvl-system/mnnvl"
@@ -116,11 +122,40 @@ def seeded(seed: Seed) -> tuple[Object, str]:
     return made(seed.maker, binding)
 
 
+class Racing(FakeApi):
+    """The API server as one installation sees it, where someone else may take over the object the installation has
+    just read (applying its identity as `kubectl`) before the installation's write lands: `takes_over` says when."""
+
+    def __init__(self, *, objects: dict[tuple[str, str], Object], made_by: dict[str, str]) -> None:
+        super().__init__(refuse=set(), objects=objects)
+        self.made_by = made_by
+        self.takes_over: Callable[[], bool] = never
+
+    async def aget(self, api_version: str, plural: str, name: str, *, namespace: str | None = None) -> Object | None:
+        found = await super().aget(api_version, plural, name, namespace=namespace)
+        current = self.objects.get((plural, name))
+        if current is not None and plural in IDENTIFIED and self.takes_over():
+            meta = current["metadata"]
+            identity = {section: dict(meta[section]) for section in ("labels", "annotations") if meta.get(section)}
+            take_ownership(meta, "kubectl", identity)
+            meta["resourceVersion"] = f"{meta['resourceVersion']}-taken"
+            self.made_by[meta["uid"]] = FOREIGN
+        return found
+
+
+def taken_over(data: st.DataObject) -> bool:
+    return data.draw(mostly(False, True), label="taken over")
+
+
+def never() -> bool:
+    return False
+
+
 @dataclasses.dataclass
 class Installation:
     identity: str
     entries: list[Object]
-    api: FakeApi
+    api: Racing
     running: executor.Executor
 
     def configured(self, plural: str) -> set[str]:
@@ -132,7 +167,8 @@ class Installation:
         """One pass, as the Lease holder runs it; the writes it made."""
         self.api.writes.clear()
         self.running.stores = topologies_seen(self.api)
-        asyncio.run(self.running.sync_topologies())
+        with contextlib.suppress(executor.IncompletePassError):  # a write refused: the object changed hands
+            asyncio.run(self.running.sync_topologies())
         return list(self.api.writes)
 
 
@@ -151,9 +187,9 @@ def check(made_by: dict[str, str], installation: Installation, writes: list[Any]
 
 
 @settings(max_examples=300, deadline=None)
-@given(clusters(), configurations(), configurations(), st.booleans())
+@given(clusters(), configurations(), configurations(), st.booleans(), st.data())
 def test_two_installations_write_only_their_own_objects_and_converge(
-    seeds: list[Seed], first: list[Object], second: list[Object], aliases: bool
+    seeds: list[Seed], first: list[Object], second: list[Object], aliases: bool, data: st.DataObject
 ) -> None:
     objects: dict[tuple[str, str], Object] = {}
     made_by: dict[str, str] = {}
@@ -165,14 +201,17 @@ def test_two_installations_write_only_their_own_objects_and_converge(
         objects[("customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)] = ALIASED_CRD
     installations = []
     for identity, entries in ((A, first), (B, second)):
-        api = FakeApi(refuse=set(), objects=objects)
+        api = Racing(objects=objects, made_by=made_by)
         installations.append(Installation(identity, entries, api, executor_over(api, topologies=entries,
                                                                                 installation=identity)))  # fmt: skip
 
     last_round: list[Any] = []
-    for _ in range(ROUNDS):
+    for round_ in range(ROUNDS):
         last_round = []
         for installation in installations:
+            # objects change hands under the first round's reads; the later rounds must converge
+            racing = round_ == 0 and data.draw(st.booleans(), label="someone takes objects over")
+            installation.api.takes_over = functools.partial(taken_over, data) if racing else never
             writes = installation.sync()
             check(made_by, installation, writes)
             last_round += writes
