@@ -847,9 +847,9 @@ GUARDS: tuple[Guard, ...] = (
         name="fence-mark-nonce",
         keeps="no domain deleted under a pod: every condemned mark carries a value of its own",
         path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
-        find='mark, term = f"{self.component}/{uuid.uuid4().hex}", self.term()',
-        replace="mark, term = self.component, self.term()",
-        suite=(WRITER_MODEL, FENCE_PROTOCOL, REPLICA_MODEL, SLICE_MODEL),
+        find='    return f"{component}/{uuid.uuid4().hex}"',
+        replace="    return component",
+        suite=(FENCE_PROTOCOL,),
     ),
     Guard(
         name="fence-forgotten-on-lease-change",
@@ -857,7 +857,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-api/src/mnnvl_api/decisions/fencing.py",
         find=" and previous.term == term:",
         replace=":",
-        suite=(FENCE_PROTOCOL, REPLICA_MODEL, SLICE_MODEL),
+        suite=(FENCE_PROTOCOL,),
     ),
     Guard(
         name="fence-counted-to-the-list-start",

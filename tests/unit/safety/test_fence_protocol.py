@@ -6,18 +6,20 @@ process's own checks (a fresh read of the domain and of the pods using it).
 The promise it keeps: a domain is deleted only once every pod admitted before its current mark was set has
 landed, that is, once the fence has passed since that mark was set (every admission ends within the fence), and
 only when no pod uses it. The process cannot know when another replica set a mark; it may only time the fence from
-its own first sight of that very mark, which is never earlier.
+its own first sight of that very mark, which is never earlier. Every mark, this process's and another replica's,
+takes its value from the writer's own source (`domains.new_mark`), so marks set one after another are told apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mnnvl_api import keys
 from mnnvl_api.decisions import fencing
+from mnnvl_runtime import domains as writing
 
 FENCE = 30.0
 #: What happens next: another replica marks the domain or lifts the mark; the domain is deleted and made again
@@ -46,7 +48,6 @@ class Name:
 def test_a_domain_is_deleted_only_once_the_fence_has_passed_since_its_mark(
     history: list[tuple[str, float]],
 ) -> None:
-    nonces = (f"mark-{n}" for n in itertools.count())
     domain = Name()
     now = 0.0
     term = 1
@@ -54,7 +55,7 @@ def test_a_domain_is_deleted_only_once_the_fence_has_passed_since_its_mark(
     seen: fencing.Sighting | None = None
     for what, amount in history:
         if what == "marked":
-            domain.mark, domain.marked_at = next(nonces), now
+            domain.mark, domain.marked_at = writing.new_mark(keys.LWS_CONTROLLER), now
         elif what == "lifted":
             domain.mark = None
         elif what == "made again":
@@ -72,7 +73,7 @@ def test_a_domain_is_deleted_only_once_the_fence_has_passed_since_its_mark(
                     condemned=False, users=users, condemned_seen_at=None, now=now, fence_seconds=FENCE
                 ).step
                 if step is fencing.Step.CONDEMN:  # it marks the domain; its fence starts once the mark is persisted
-                    domain.mark, domain.marked_at = next(nonces), now
+                    domain.mark, domain.marked_at = writing.new_mark(keys.LWS_CONTROLLER), now
                     seen = fencing.sighting(seen, domain_uid=str(domain.uid), mark=domain.mark, term=term, now=now)
                 continue
             seen = fencing.sighting(seen, domain_uid=str(domain.uid), mark=domain.mark, term=term, now=now)
@@ -108,3 +109,27 @@ def test_no_deletion_without_a_sighting_of_the_mark_the_fence_long(
         assert users == 0
         assert seen_at is not None, "deleted on a mark it never saw"
         assert now - seen_at >= FENCE
+
+
+SIGHTINGS = st.builds(
+    fencing.Sighting,
+    domain_uid=st.sampled_from(("1", "2")),
+    mark=st.sampled_from(("m1", "m2")),
+    term=st.integers(1, 3),
+    at=st.floats(0, 100),
+)
+
+
+@given(previous=st.one_of(st.none(), SIGHTINGS), seen=SIGHTINGS)
+def test_a_fence_is_timed_from_this_term_s_first_sight_of_this_very_mark(
+    previous: fencing.Sighting | None, seen: fencing.Sighting
+) -> None:
+    """As issue 19 asks of the fence: a replica that leads again trusts no sighting from an earlier term, even of a
+    mark that looks the same, and a mark on another domain incarnation, or another mark, starts a fence anew."""
+    found = fencing.sighting(previous, domain_uid=seen.domain_uid, mark=seen.mark, term=seen.term, now=seen.at)
+    same = previous is not None and (previous.domain_uid, previous.mark, previous.term) == (
+        seen.domain_uid,
+        seen.mark,
+        seen.term,
+    )
+    assert found == (previous if same else seen)

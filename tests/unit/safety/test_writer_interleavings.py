@@ -10,7 +10,8 @@ it sends lands at a step of the model's choosing (or never), after the world cha
 
 The oracle judges every write of the writer the moment it lands, from the API server's objects then:
 
-- a DELETE begins a domain's deletion only when no non-terminal pod uses it (holds its claim or records it);
+- a DELETE begins a domain's deletion only when no non-terminal pod uses it (holds its claim or records it), nor
+  will: no pod admitted onto that domain before is persisted after it;
 - the protection finalizer goes only from a domain being deleted that no non-terminal pod uses;
 - nothing made by someone else (a look-alike labelled as ours) is changed;
 - a scheduling gate is lifted only from the pod incarnation the writer was asked to ungate.
@@ -107,11 +108,13 @@ class WriterInterleavings(RuleBasedStateMachine):
         )
         self.tasks: list[asyncio.Task[Any]] = []
         #: Admissions begun: (deadline, pod); every pod incarnation ever persisted (name, uid); ungates asked for.
-        self.pending: list[tuple[float, Object]] = []
+        self.pending: list[tuple[float, Object, str | None]] = []
         self.incarnations: list[Told] = []
         self.told: set[Told] = set()
         self.marks = (f"other-replica/{n}" for n in itertools.count())
         self.disruptions = {"domain": 0, "mark": 0}
+        #: The uids of the domain incarnations whose deletion a DELETE of the writer began.
+        self.deleted_by_writer: set[str] = set()
         self.domain_made(ours=True)
 
     @initialize(uses=st.lists(st.sampled_from(USES), max_size=len(PODS)), gated=st.booleans())
@@ -198,7 +201,9 @@ class WriterInterleavings(RuleBasedStateMachine):
         """Our webhook reads the domain now and admits a pod onto it unless it is missing, condemned or being
         deleted; the pod is persisted up to `latency` later."""
         if self.admits(uses):
-            self.pending.append((self.now + latency, pod_body(name, uses, gated=gated)))
+            found = self.domain()
+            onto = found["metadata"]["uid"] if found is not None and uses != "uses another" else None
+            self.pending.append((self.now + latency, pod_body(name, uses, gated=gated), onto))
 
     def admits(self, uses: str) -> bool:
         """Our webhook's answer to a pod that `uses` the domain, from a fresh read of it."""
@@ -214,10 +219,19 @@ class WriterInterleavings(RuleBasedStateMachine):
             stored = self.api.put("pods", body, manager="kube-controller-manager")
             self.incarnations.append(Told(stored["metadata"]["name"], stored["metadata"]["uid"]))
 
+    def admitted(self, admission: tuple[float, Object, str | None]) -> None:
+        """An admitted pod is persisted: the domain incarnation it was admitted onto must not have started going
+        by the writer's DELETE meanwhile (the fence is there to wait out admissions in flight)."""
+        _, body, onto = admission
+        assert onto not in self.deleted_by_writer, (
+            f"{body['metadata']['name']} was admitted onto {NAME} before the writer's DELETE and persisted after it"
+        )
+        self.persist(body)
+
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
     def admission_ends(self, data: st.DataObject) -> None:
-        self.persist(self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))[1])
+        self.admitted(self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1))))
 
     @rule(seconds=st.sampled_from((1.0, 30.0, FENCE + 1.0)))
     def time_passes(self, seconds: float) -> None:
@@ -225,7 +239,7 @@ class WriterInterleavings(RuleBasedStateMachine):
         self.now += seconds
         for due in sorted((p for p in self.pending if p[0] <= self.now), key=lambda p: p[0]):
             self.pending.remove(due)
-            self.persist(due[1])
+            self.admitted(due)
 
     def pod_names(self) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.api.view("pods"))
@@ -326,6 +340,8 @@ class WriterInterleavings(RuleBasedStateMachine):
         after = self.domain()
         for teardown in teardowns:
             assert not teardown.users, f"the writer's DELETE began {teardown.domain}'s deletion under {teardown.users}"
+            if domain is not None:
+                self.deleted_by_writer.add(domain["metadata"]["uid"])
         if domain is not None:
             changed = after is None or after["metadata"]["resourceVersion"] != domain["metadata"]["resourceVersion"]
             if changed:

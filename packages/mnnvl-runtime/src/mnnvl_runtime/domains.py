@@ -69,6 +69,12 @@ async def users_of(client: kube.Api, domain: domains.DomainFacts) -> list[str]:
     return users
 
 
+def new_mark(component: str) -> str:
+    """The value of a condemned mark `component` sets: a nonce of its own, so that a mark lifted and set again is
+    a new mark, whose fence starts anew (`fencing.sighting`)."""
+    return f"{component}/{uuid.uuid4().hex}"
+
+
 def domain_path(namespace: str, name: str) -> str:
     return kube.path_of(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace, name=name)
 
@@ -269,7 +275,7 @@ class DomainWriter:
             log.info("compute domain deletion aborted", extra={"compute_domain": name, "pods": users[:5]})
             await self.guarded("uncondemn", target, workload, lambda: self._mark(current, mark=None))
         elif decision.step is fencing.Step.CONDEMN:
-            mark, term = f"{self.component}/{uuid.uuid4().hex}", self.term()
+            mark, term = new_mark(self.component), self.term()
             if await self.guarded("condemn", target, workload, lambda: self._mark(current, mark=mark)):
                 self._sight(domain, mark, term=term, now=self.clock())  # persisted by now: its fence starts
                 CONDEMNED.labels(scope=self.scope).inc()
