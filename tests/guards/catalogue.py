@@ -125,7 +125,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{RUNTIME}/domains.py",
         find="return await self.client.adelete(path, uid=domain.uid, resource_version=domain.resource_version)",
         replace="return await self.client.adelete(path)",
-        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
+        suite=(f"{WRITER_MODEL}::test_writer_fence_races",),
     ),
     Guard(
         name="mark-preconditioned-on-uid-and-version",
@@ -177,7 +177,7 @@ GUARDS: tuple[Guard, ...] = (
             '            {"op": "test", "path": "/metadata/resourceVersion", "value": domain.resource_version},\n'
         ),
         replace="        patch = [\n",
-        suite=(WRITER_MODEL,),
+        suite=(f"{WRITER_MODEL}::test_writer_late_writes",),
     ),
     Guard(
         name="fresh-pod-list-reads-every-page",

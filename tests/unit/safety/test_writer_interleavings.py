@@ -34,7 +34,7 @@ from mnnvl_api.models import computedomain
 from mnnvl_runtime import domains as writing
 
 from . import memory_api, settings
-from .harness import RETRIED
+from .harness import RETRIED, campaign
 from .memory_api import MemoryApi, Object
 
 NS = "serving"
@@ -364,3 +364,50 @@ class WriterInterleavings(RuleBasedStateMachine):
 
 WriterInterleavings.TestCase.settings = settings.for_model(max_examples=600, steps=40)
 test_writer_interleavings = WriterInterleavings.TestCase
+
+#: Writes in flight while the domain is marked, lifted, deleted or made again under its name, and pods come and go:
+#: the race each write's preconditions are there for, staged on its own.
+LateWrites = campaign(
+    WriterInterleavings,
+    "LateWrites",
+    rules=(
+        "domain_goes",
+        "another_replica_marks",
+        "pod_admitted",
+        "admission_ends",
+        "time_passes",
+        "writer_acts",
+        "request_ends",
+        "a_write_lands_after_the_name_is_taken_again",
+    ),
+    max_examples=300,
+)
+test_writer_late_writes = LateWrites.TestCase
+
+
+class FencePassed(WriterInterleavings):
+    @initialize()
+    def fence_passed(self) -> None:
+        """The run starts with the writer's mark on the domain a fence ago: its next pass deletes, if nothing
+        changed."""
+        self.writer_acts_and_hears_back("fenced delete")
+        self.time_passes(FENCE + 1.0)
+
+
+#: A fenced deletion's last step sent while the mark is lifted and a pod admitted, or the domain made again under
+#: its name: what the DELETE's preconditions are there for.
+FenceRaces = campaign(
+    FencePassed,
+    "FenceRaces",
+    rules=(
+        "domain_goes",
+        "another_replica_marks",
+        "pod_admitted",
+        "admission_ends",
+        "time_passes",
+        "writer_acts",
+        "request_ends",
+    ),
+    max_examples=300,
+)
+test_writer_fence_races = FenceRaces.TestCase
