@@ -87,13 +87,16 @@ GUARDS: tuple[Guard, ...] = (
         replace="        if False:\n            raise NotLeadingError(",
         suite=(replica("late_writes"),),
     ),
+    # The read's own uid comparison (`meta.get("uid") != uid` in `ungate.change`) only skips a successor quietly:
+    # the patch carries the uid test the API server checks when it lands, so removing the comparison changes
+    # nothing the API server lets happen (a same-named successor fails the test). The test is the guard.
     Guard(
-        name="ungate-reads-the-pod-incarnation",
+        name="ungate-modify-tests-the-uid",
         keeps="a gate is lifted only from the pod incarnation the plan saw, not a same-named successor",
         path=f"{RUNTIME}/domains.py",
-        find='            if meta.get("uid") != uid or meta.get("deletionTimestamp") or',
-        replace='            if meta.get("deletionTimestamp") or',
-        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
+        find="            return [uid_test, *removal] if removal else None",
+        replace="            return removal or None",
+        suite=(WRITER_MODEL,),
     ),
     Guard(
         name="ungate-patch-tests-the-uid",
