@@ -313,7 +313,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DECISIONS}/references.py",
         find="        claim_template in referenced_claim_templates(pod) or recorded_domain(pod) == domain\n",
         replace="        claim_template in referenced_claim_templates(pod)\n",
-        suite=(WRITER_MODEL,),
+        suite=(f"{WRITER_MODEL}::test_writer_fence_races",),
     ),
     # --- mnnvl_api/decisions/injection.py: what a pod joining a domain gets -------------------------------
     Guard(
@@ -868,7 +868,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
         find="            now=checked_at,\n            fence_seconds=self.fence_seconds,\n",
         replace="            now=self.clock(),\n            fence_seconds=self.fence_seconds,\n",
-        suite=(WRITER_MODEL, REPLICA_MODEL, SLICE_MODEL),
+        suite=(f"{WRITER_MODEL}::test_writer_slow_lists",),
     ),
     Guard(
         name="fence-minimum-in-the-loader",

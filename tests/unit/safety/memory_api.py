@@ -317,6 +317,8 @@ class MemoryClient:
         self.page_size = page_size
         self.snapshots: list[Snapshot] = []  # the lists in flight, by continue token
         self._failing: Exception | None = None
+        #: Called as each read (each GET, each page of a list) is asked: a model lets its clock run meanwhile.
+        self.reads_take: Callable[[], None] = lambda: None
         self._reads_before_failing = 0
 
     def fail_reads(self, error: Exception | None, *, after: int = 0) -> None:
@@ -327,6 +329,7 @@ class MemoryClient:
         self._reads_before_failing = after
 
     def _read(self) -> None:
+        self.reads_take()
         if self._failing is not None:
             if self._reads_before_failing == 0:
                 raise self._failing

@@ -99,8 +99,10 @@ class WriterInterleavings(RuleBasedStateMachine):
         self.api = MemoryApi()
         self.api.leader = "a"
         self.now = 0.0
+        client = self.api.client(keys.LWS_CONTROLLER, sender="a")
+        client.reads_take = self.read_takes
         self.writer = writing.DomainWriter(
-            self.api.client(keys.LWS_CONTROLLER, sender="a"),
+            client,
             component=keys.LWS_CONTROLLER,
             scope=keys.SCOPE_REPLICA,
             fence_seconds=FENCE,
@@ -115,6 +117,7 @@ class WriterInterleavings(RuleBasedStateMachine):
         self.disruptions = {"domain": 0, "mark": 0}
         #: The uids of the domain incarnations whose deletion a DELETE of the writer began.
         self.deleted_by_writer: set[str] = set()
+        self.read_seconds = 0.0
         self.domain_made(ours=True)
 
     @initialize(uses=st.lists(st.sampled_from(USES), max_size=len(PODS)), gated=st.booleans())
@@ -237,9 +240,23 @@ class WriterInterleavings(RuleBasedStateMachine):
     def time_passes(self, seconds: float) -> None:
         """Admissions due meanwhile land first, at the last moment."""
         self.now += seconds
+        self.admissions_due()
+
+    def admissions_due(self) -> None:
         for due in sorted((p for p in self.pending if p[0] <= self.now), key=lambda p: p[0]):
             self.pending.remove(due)
             self.admitted(due)
+
+    @rule(seconds=st.sampled_from((0.0, 20.0)))
+    def reads_slow(self, seconds: float) -> None:
+        """From now on each of the writer's reads takes `seconds` to answer (the API server under load): admissions
+        due land as a read is asked, and the clock runs on while its answer comes back. A pod list of several pages
+        spans admissions landing."""
+        self.read_seconds = seconds
+
+    def read_takes(self) -> None:
+        self.admissions_due()
+        self.now += self.read_seconds
 
     def pod_names(self) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.api.view("pods"))
@@ -408,6 +425,41 @@ FenceRaces = campaign(
         "writer_acts",
         "request_ends",
     ),
-    max_examples=300,
+    max_examples=600,
 )
 test_writer_fence_races = FenceRaces.TestCase
+
+
+class MarkedAsAPodIsAdmitted(WriterInterleavings):
+    @initialize()
+    def marked_as_a_pod_is_admitted(self) -> None:
+        """The run starts as the writer marks the domain just after a webhook let a pod onto it, the pod landing up
+        to the admission bound later; pods of other domains share the namespace, so the writer's pod lists run to
+        several pages."""
+        for name in ("n0", "n1", "n2"):
+            self.persist(pod_body(name, "uses another", gated=False))
+        self.pod_admitted("p3", "holds its claim", gated=False, latency=ADMISSION_BOUND)
+        self.writer_acts_and_hears_back("fenced delete")
+
+    def pods_running(self, uses: list[str], gated: bool) -> None:
+        """Not an initializer here: the start above is the whole of it."""
+        super().pods_running(uses, gated)
+
+
+#: Fenced deletions whose pod lists are slow enough for admissions to land while they run: what counting the fence
+#: to the list's start is there for.
+SlowLists = campaign(
+    MarkedAsAPodIsAdmitted,
+    "SlowLists",
+    rules=(
+        "pod_admitted",
+        "admission_ends",
+        "time_passes",
+        "reads_slow",
+        "writer_acts",
+        "writer_acts_and_hears_back",
+        "request_ends",
+    ),
+    max_examples=1000,
+)
+test_writer_slow_lists = SlowLists.TestCase
