@@ -563,7 +563,7 @@ GUARDS: tuple[Guard, ...] = (
         path=f"{DS}/admission.py",
         find="        return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)",
         replace="        return workload is not None and (workload.opted_in or child.slice_scope)",
-        suite=(SLICE_ADMISSION, SLICE_MODEL, SLICE_PLANNER),
+        suite=(SLICE_ADMISSION,),
     ),
     Guard(
         name="ds-opt-in-confirmed-afresh",
@@ -716,19 +716,11 @@ GUARDS: tuple[Guard, ...] = (
         suite=(STORE_MODEL,),
     ),
     Guard(
-        name="ds-no-claim-only-on-fresh-reads",
-        keeps="a slice pod is admitted without claim and gate only when the API, read afresh, says so",
-        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
-        find="        if workload is not None:\n            return stored, workload\n",
-        replace="        return (stored, workload) if workload is not None else None\n",
-        suite=(SLICE_ADMISSION, SLICE_MODEL, SLICE_PLANNER),
-    ),
-    Guard(
         name="ds-read-afresh-on-mismatch",
         keeps="the stores answer for a slice pod only when they hold the child and set the pod belongs to",
         path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
-        find="if stored is not None and agreed and stored.slice_scope:",
-        replace="if stored is not None and stored.slice_scope:",
+        find="stored.slice_scope and decisions.stores_agree(pod, stored, known):",
+        replace="stored.slice_scope:",
         suite=(SLICE_ADMISSION,),
     ),
     Guard(

@@ -92,7 +92,7 @@ def child_body(world: World, data: st.DataObject, *, replicas: int = 1) -> Objec
     labels = position_labels(data.draw(mostly(DS, "other"), label="child's set label"), position)
     meta: Object = {"name": CHILD, "namespace": NS, "labels": labels}
     if world.ds_uids:
-        owner = data.draw(mostly(*reversed(world.ds_uids)), label="child's controller")
+        owner = data.draw(st.sampled_from(world.ds_uids), label="child's controller")
         named = data.draw(mostly(DS, "other"), label="controller's name")
         meta["ownerReferences"] = controller_of(keys.DS_KIND, named, owner, api_version=keys.DS_API_VERSION)
     stamped = data.draw(mostly(True, False), label="child stamped")

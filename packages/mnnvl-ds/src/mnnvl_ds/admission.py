@@ -171,11 +171,11 @@ async def _slice_workload(
     would leave the pod alone) its LeaderWorkerSet is read afresh and decides: a pod goes without its claim only
     on what the API says now, never on a store that may lag behind a DisaggregatedSet deleted and recreated."""
     stored = stores.child(namespace, lws_name)
-    agreed = stored is not None and decisions.stores_agree(pod, stored, stores.workload(namespace, stored.ds_name))
-    if stored is not None and agreed and stored.slice_scope:
-        workload = await _opted_in_workload(client, stores, namespace, stored)
-        if workload is not None:
-            return stored, workload
+    known = stores.workload(namespace, stored.ds_name) if stored is not None else None
+    # Agreeing, the stores hold the set controlling the stamped child (same uid): it keeps the child's slice
+    # domain, opted in or not (`_opted_in_workload`).
+    if stored is not None and known is not None and stored.slice_scope and decisions.stores_agree(pod, stored, known):
+        return stored, known
     child = await _fresh_child(client, namespace, lws_name)
     if child is None or not child.slice_scope:
         return None
