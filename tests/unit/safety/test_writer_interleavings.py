@@ -382,21 +382,16 @@ class WriterInterleavings(RuleBasedStateMachine):
 WriterInterleavings.TestCase.settings = settings.for_model(max_examples=600, steps=40)
 test_writer_interleavings = WriterInterleavings.TestCase
 
+#: The rules of every race the campaigns below stage: the mark set or lifted from elsewhere, pods admitted and
+#: landing, time passing, the writer acting and its writes landing.
+RACE_RULES = ("another_replica_marks", "pod_admitted", "admission_ends", "time_passes", "writer_acts", "request_ends")
+
 #: Writes in flight while the domain is marked, lifted, deleted or made again under its name, and pods come and go:
 #: the race each write's preconditions are there for, staged on its own.
 LateWrites = campaign(
     WriterInterleavings,
     "LateWrites",
-    rules=(
-        "domain_goes",
-        "another_replica_marks",
-        "pod_admitted",
-        "admission_ends",
-        "time_passes",
-        "writer_acts",
-        "request_ends",
-        "a_write_lands_after_the_name_is_taken_again",
-    ),
+    rules=("domain_goes", *RACE_RULES, "a_write_lands_after_the_name_is_taken_again"),
     max_examples=300,
 )
 test_writer_late_writes = LateWrites.TestCase
@@ -416,15 +411,7 @@ class FencePassed(WriterInterleavings):
 FenceRaces = campaign(
     FencePassed,
     "FenceRaces",
-    rules=(
-        "domain_goes",
-        "another_replica_marks",
-        "pod_admitted",
-        "admission_ends",
-        "time_passes",
-        "writer_acts",
-        "request_ends",
-    ),
+    rules=("domain_goes", *RACE_RULES),
     max_examples=600,
 )
 test_writer_fence_races = FenceRaces.TestCase
