@@ -1,8 +1,11 @@
-"""The chaos watcher's decisions on plain objects: each invariant caught when broken, and quiet when kept."""
+"""The chaos watcher's decisions on plain objects: each invariant caught when broken, quiet when kept, and judged at
+the resourceVersion the deletion started, whatever order the pod and domain watches deliver in."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from mnnvl_api import keys
 from mnnvl_testbed import invariants
@@ -15,89 +18,212 @@ TEMPLATE = f"{DOMAIN}-channel"
 def pod(
     name: str,
     *,
+    version: int,
     uid: str | None = None,
     phase: str = "Running",
     recorded: str | None = DOMAIN,
     claimed: bool = True,
     bound: bool = True,
     scope: str | None = keys.SCOPE_REPLICA,
-    group: str = "0",
+    leader: bool = True,
+    owner: tuple[str, str] | None = None,
+    gpus: str = "4",
+    deleting: bool = False,
+    ds_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    labels = {keys.LWS_NAME_LABEL: "w", keys.LWS_GROUP_INDEX_LABEL: group}
+    labels = {
+        keys.LWS_NAME_LABEL: "w",
+        keys.LWS_GROUP_INDEX_LABEL: "0",
+        keys.LWS_WORKER_INDEX_LABEL: "0" if leader else "1",
+    }
+    labels.update(ds_labels or {})
     if scope is not None:
         labels[keys.SCOPE_LABEL] = scope
-    container: dict[str, Any] = {"name": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+    container: dict[str, Any] = {"name": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: gpus}}}
     spec: dict[str, Any] = {"containers": [container]}
     if claimed:
         container["resources"]["claims"] = [{"name": keys.CHANNEL_CLAIM_NAME}]
         spec["resourceClaims"] = [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": TEMPLATE}]
     if bound:
         spec["nodeName"] = "gb200-0"
-    annotations = {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: recorded} if recorded else {}
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "uid": uid or f"uid-{name}",
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": spec,
-        "status": {"phase": phase},
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": NS,
+        "uid": uid or f"uid-{name}",
+        "resourceVersion": str(version),
+        "labels": labels,
+        "annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: recorded} if recorded else {},
     }
+    if owner is not None:
+        meta["ownerReferences"] = [{"kind": owner[0], "uid": owner[1], "controller": True}]
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
-def domain(*, deleting: bool = False, version: str = "1", uid: str = "uid-d") -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": DOMAIN, "namespace": NS, "uid": uid, "resourceVersion": version}
+def domain(
+    *, version: int, deleting: bool = False, uid: str = "uid-d", name: str = DOMAIN, managed: bool = True
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid, "resourceVersion": str(version)}
+    if managed:
+        meta["labels"] = {keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER}
     if deleting:
         meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
     return {"metadata": meta, "spec": {"channel": {"resourceClaimTemplate": {"name": TEMPLATE}}}}
 
 
-def test_a_deletion_starting_under_a_running_pod_is_a_violation_once() -> None:
+def owned(kind: str, uid: str, owner: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "metadata": {"uid": uid, "ownerReferences": [{"kind": owner[0], "uid": owner[1], "controller": True}]},
+    }
+
+
+def kinds(found: list[invariants.Violation]) -> list[str]:
+    return [v.invariant for v in found]
+
+
+def test_a_deletion_starting_under_a_running_pod_is_judged_once_the_pod_watch_passes_its_start() -> None:
     watcher = invariants.Watcher()
-    watcher.on_domain("ADDED", domain())
-    watcher.on_pod("ADDED", pod("w-0"))
-    found = watcher.on_domain("MODIFIED", domain(deleting=True, version="2"))
-    assert [v.invariant for v in found] == ["no domain deleted under a pod"]
+    watcher.on_domain("ADDED", domain(version=1))
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    assert watcher.on_domain("MODIFIED", domain(version=3, deleting=True)) == []  # the pod watch is at 2 yet
+    found = watcher.progress(3)
+    assert kinds(found) == [invariants.DELETED_UNDER_A_POD]
     assert found[0].objects == (f"{NS}/{DOMAIN}", f"{NS}/w-0")
-    assert watcher.on_domain("DELETED", domain(deleting=True, version="3")) == []  # its deletion began once
+    assert found[0].moment == 3
+    assert watcher.on_domain("DELETED", domain(version=4, deleting=True)) == []  # its deletion began once
+    assert watcher.progress(5) == []
+    assert watcher.checks[invariants.DELETED_UNDER_A_POD] == 1
+
+
+def test_a_pod_gone_before_the_deletion_started_is_not_a_user_though_its_event_arrives_later() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.on_domain("MODIFIED", domain(version=6, deleting=True))
+    # The pod watch delivers the deletion (revision 5, before the domain's 6) only now.
+    assert watcher.on_pod("DELETED", pod("w-0", version=5)) == []
+    assert watcher.on_pod("ADDED", pod("other", version=7, recorded="another", claimed=False, gpus="0")) == []
+    assert watcher.violations == []
+    assert watcher.checks[invariants.DELETED_UNDER_A_POD] == 1
+
+
+def test_a_pod_deleted_after_the_deletion_started_was_its_user() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.on_domain("MODIFIED", domain(version=6, deleting=True))
+    assert kinds(watcher.on_pod("DELETED", pod("w-0", version=7))) == [invariants.DELETED_UNDER_A_POD]
 
 
 def test_a_domain_deleted_at_once_under_a_pod_holding_only_its_claim_is_a_violation() -> None:
     watcher = invariants.Watcher()
-    watcher.on_pod("ADDED", pod("w-0", recorded=None))
-    assert [v.invariant for v in watcher.on_domain("DELETED", domain())] == ["no domain deleted under a pod"]
+    watcher.on_pod("ADDED", pod("w-0", version=2, recorded=None))
+    assert kinds(watcher.on_domain("DELETED", domain(version=3))) == []
+    assert kinds(watcher.finish()) == [invariants.DELETED_UNDER_A_POD]
 
 
-def test_a_deletion_after_the_pods_ended_is_not_a_violation() -> None:
+def test_finished_pods_and_pods_made_after_the_start_are_not_users() -> None:
     watcher = invariants.Watcher()
-    watcher.on_pod("ADDED", pod("w-0", phase="Succeeded"))
-    watcher.on_pod("ADDED", pod("w-0-1"))
-    watcher.on_pod("DELETED", pod("w-0-1"))
-    assert watcher.on_domain("MODIFIED", domain(deleting=True)) == []
+    watcher.on_pod("ADDED", pod("w-0", version=2, phase="Succeeded"))
+    watcher.on_domain("MODIFIED", domain(version=3, deleting=True))
+    watcher.on_pod("ADDED", pod("w-0-1", version=4))
+    assert watcher.finish() == []
+    assert watcher.checks[invariants.DELETED_UNDER_A_POD] == 1
 
 
-def test_a_bound_opted_in_pod_without_its_claim_is_a_violation_a_gated_or_plain_one_is_not() -> None:
+def test_a_relist_forgets_the_pods_it_no_longer_lists() -> None:
     watcher = invariants.Watcher()
-    assert watcher.on_pod("ADDED", pod("gated", claimed=False, bound=False)) == []
-    assert watcher.on_pod("ADDED", pod("plain", claimed=False, scope=None, recorded=None)) == []
-    found = watcher.on_pod("MODIFIED", pod("gated", claimed=False))
-    assert [v.invariant for v in found] == ["opted-in pod runs without its claim"]
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.on_pod("ADDED", pod("w-1", version=3, recorded=None, claimed=False))
+    watcher.relisted_pods(9, present=["uid-w-1"])
+    watcher.on_domain("MODIFIED", domain(version=10, deleting=True))
+    assert watcher.finish() == []
 
 
-def test_two_domains_in_one_group_are_a_violation_unless_one_pod_has_ended() -> None:
+def test_a_bound_opted_in_pod_lacking_its_claim_in_a_gpu_container_is_a_violation() -> None:
     watcher = invariants.Watcher()
-    watcher.on_pod("ADDED", pod("w-0", recorded="w-0-aaaaa", phase="Failed"))
-    assert watcher.on_pod("ADDED", pod("w-0-1")) == []
-    found = watcher.on_pod("ADDED", pod("w-0-2", recorded="w-0-bbbbb"))
-    assert [v.invariant for v in found] == ["one group, one domain"]
+    found = watcher.on_pod("ADDED", pod("w-0", version=1, claimed=False))
+    assert kinds(found) == [invariants.RUNS_WITHOUT_CLAIM]
+    assert "vllm" in found[0].detail
+    assert watcher.on_pod("MODIFIED", pod("w-0", version=2, claimed=False)) == []  # reported once
 
 
-def test_a_write_to_a_foreign_object_is_a_violation() -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"bound": False},
+        {"scope": None},
+        {"phase": "Failed"},
+        {"gpus": "0"},
+        {"gpus": "0.0"},
+        {"gpus": "0m"},
+    ],
+    ids=["unbound", "not-opted-in", "finished", "zero-gpus", "zero-decimal", "zero-milli"],
+)
+def test_no_claim_is_expected_of_an_unbound_plain_finished_or_gpu_less_pod(change: dict[str, Any]) -> None:
     watcher = invariants.Watcher()
-    watcher.watch_foreign(keys.COMPUTE_DOMAIN_PLURAL, domain(uid="foreign"))
-    assert watcher.on_domain("MODIFIED", domain(uid="foreign")) == []  # a relist: same version
-    found = watcher.on_domain("MODIFIED", domain(uid="foreign", version="2"))
-    assert [v.invariant for v in found] == ["nothing foreign written"]
-    assert watcher.violations == found
+    assert watcher.on_pod("ADDED", pod("w-0", version=1, claimed=False, **change)) == []
+
+
+@pytest.mark.parametrize(("text", "positive"), [("4", True), ("1k", True), ("500m", True), ("0", False), ("", True)])
+def test_quantities(text: str, positive: bool) -> None:
+    assert invariants.quantity_positive(text) is positive
+
+
+def test_a_worker_recording_another_domain_than_its_leader_is_a_violation_once_its_statefulset_is_known() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=1, uid="leader-1"))
+    worker = pod("w-0-1", version=2, leader=False, owner=("StatefulSet", "sts-1"), recorded="w-0-other")
+    assert watcher.on_pod("ADDED", worker) == []  # its incarnation is not known yet
+    found = watcher.on_owner("ADDED", owned("StatefulSet", "sts-1", ("Pod", "leader-1")))
+    assert kinds(found) == [invariants.ONE_GROUP_ONE_DOMAIN]
+    assert set(found[0].objects) == {f"{NS}/w-0-1", f"{NS}/w-0 ({DOMAIN})"}
+
+
+def test_pods_of_two_incarnations_of_a_group_may_record_two_domains() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_owner("ADDED", owned("StatefulSet", "sts-old", ("Pod", "leader-old")))
+    watcher.on_pod("ADDED", pod("w-0-1", version=1, leader=False, owner=("StatefulSet", "sts-old")))
+    # The leader was deleted and made again: a new incarnation, a new domain, while the old worker still runs.
+    assert watcher.on_pod("ADDED", pod("w-0", version=2, uid="leader-new", recorded="w-0-new")) == []
+    assert watcher.on_pod("MODIFIED", pod("w-0-1", version=3, leader=False, owner=("StatefulSet", "sts-old"))) == []
+    assert watcher.checks[invariants.ONE_GROUP_ONE_DOMAIN] == 3
+
+
+def test_a_slice_recording_two_domains_is_a_violation_but_a_recreated_set_is_another_incarnation() -> None:
+    watcher = invariants.Watcher()
+    slice_labels = {keys.DS_SLICE_LABEL: "0", keys.DS_REVISION_LABEL: "abc"}
+    for lws, ds in (("lws-1", "ds-1"), ("lws-2", "ds-2"), ("lws-3", "ds-1")):
+        watcher.on_owner("ADDED", owned("StatefulSet", f"sts-{lws}", ("LeaderWorkerSet", lws)))
+        watcher.on_owner("ADDED", owned("LeaderWorkerSet", lws, (keys.DS_KIND, ds)))
+
+    def slice_pod(name: str, version: int, lws: str, recorded: str) -> dict[str, Any]:
+        return pod(
+            name,
+            version=version,
+            scope=keys.SCOPE_SLICE,
+            owner=("StatefulSet", f"sts-{lws}"),
+            recorded=recorded,
+            ds_labels=slice_labels,
+        )
+
+    watcher.on_pod("ADDED", slice_pod("prefill-0", 1, "lws-1", "s-0-abc"))
+    assert watcher.on_pod("ADDED", slice_pod("again-0", 2, "lws-2", "s-0-abc-new")) == []
+    assert kinds(watcher.on_pod("ADDED", slice_pod("decode-0", 3, "lws-3", "s-0-other"))) == [
+        invariants.ONE_GROUP_ONE_DOMAIN
+    ]
+
+
+def test_a_write_to_a_foreign_object_is_a_violation_and_its_events_are_not_counted_as_ours() -> None:
+    watcher = invariants.Watcher()
+    look_alike = domain(version=1, uid="foreign")
+    watcher.watch_foreign(keys.COMPUTE_DOMAIN_PLURAL, look_alike)
+    assert watcher.on_domain("ADDED", look_alike) == []
+    assert kinds(watcher.on_domain("MODIFIED", domain(version=2, uid="foreign"))) == [
+        invariants.NOTHING_FOREIGN_WRITTEN
+    ]
+    watcher.on_domain("ADDED", domain(version=3, uid="ours", name="w-1-abc"))
+    watcher.on_domain("DELETED", domain(version=4, uid="ours", name="w-1-abc"))
+    watcher.on_domain("ADDED", domain(version=5, uid="theirs", name="mine", managed=False))
+    assert (watcher.created, watcher.deleted) == ({"ours"}, {"ours"})
+    assert watcher.checks[invariants.NOTHING_FOREIGN_WRITTEN] == 2

@@ -1,20 +1,27 @@
 """The chaos run's invariant watcher, its decisions: plain objects from the watcher's own watches in, violations out.
 
-Independent of the controllers' code on purpose: it reads pods and ComputeDomains as the API server returns them and
-decides with rules written here from the user contract (annotation, label and claim names), never with the
-controllers' decision functions, so that a defect in those cannot hide itself from the watcher. Each event updates the
-watcher's own view; the checks it makes then:
+Independent of the controllers' code on purpose: it reads pods, ComputeDomains and the owners between them as the
+API server returns them and decides with rules written here from the user contract (annotation, label and claim
+names), never with the controllers' decision functions, so that a defect in those cannot hide itself.
+
+Moments are resourceVersions. On one etcd they are its global revision, one order over every kind, so the watcher
+judges a deletion against its pod map *as it was at the revision the deletion started*, once its pod watch has
+passed that revision: the two watch streams may deliver in any interleaving without a false or a missed violation.
+The checks:
 
 - a domain whose deletion starts (its first event carrying `deletionTimestamp`, or its DELETED event when it never
-  carried one) while a non-terminal pod in the view references it (records its name or holds its claim template);
-- a pod of an opted-in workload bound to a node while a GPU container of it lacks the channel claim;
-- two non-terminal pods of one replica group (LeaderWorkerSet name and group index) recording two domains;
+  carried one) while a non-terminal pod references it (records its name or holds its claim template);
+- a pod of an opted-in revision bound to a node while a GPU container of it lacks the channel claim;
+- two live (non-terminal, not deleting) pods of one group incarnation recording two domains: a replica group is
+  its leader pod (workers reach it through their StatefulSet), a slice group is (DisaggregatedSet, slice, revision);
 - a write (a new resourceVersion) to an object that is not ours, watched throughout (a foreign look-alike).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,11 +30,18 @@ from mnnvl_api import keys
 Object = Mapping[str, Any]
 TERMINAL = ("Succeeded", "Failed")
 
+DELETED_UNDER_A_POD = "no domain deleted under a pod"
+RUNS_WITHOUT_CLAIM = "opted-in pod runs without its claim"
+ONE_GROUP_ONE_DOMAIN = "one group, one domain"
+NOTHING_FOREIGN_WRITTEN = "nothing foreign written"
+#: Every invariant the watcher checks, in the order reports list them.
+INVARIANTS = (DELETED_UNDER_A_POD, RUNS_WITHOUT_CLAIM, ONE_GROUP_ONE_DOMAIN, NOTHING_FOREIGN_WRITTEN)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Violation:
     invariant: str
-    #: The event count at which the watcher saw it, and the objects involved (namespace/name).
+    #: The resourceVersion at which it held (the deletion's start, the pod's or the object's write).
     moment: int
     objects: tuple[str, ...]
     detail: str
@@ -37,23 +51,54 @@ class Violation:
 class PodView:
     namespace: str
     name: str
+    uid: str
     terminal: bool
+    deleting: bool
     bound: bool
     recorded: str | None
     claim_templates: frozenset[str]
     #: GPU containers (and restartable init containers) without a reference to the channel claim.
     unclaimed_gpu_containers: tuple[str, ...]
-    #: (LeaderWorkerSet name, group index) for a replica-scope pod.
-    group: tuple[str, str] | None
-    opted_in: bool
+    scope: str | None
+    leader: bool
+    #: The controller owner's (kind, uid): a worker's StatefulSet, a leader's StatefulSet.
+    owner: tuple[str, str] | None
+    #: (slice, revision) of a DisaggregatedSet pod.
+    slice_revision: tuple[str, str] | None
+
+    @property
+    def live(self) -> bool:
+        return not self.terminal and not self.deleting
+
+    def references(self, domain: str, template: str) -> bool:
+        return not self.terminal and (self.recorded == domain or bool(template and template in self.claim_templates))
+
+
+_QUANTITY = re.compile(r"^([0-9]*\.?[0-9]*)([a-zA-Z]*)$")
+
+
+def quantity_positive(text: object) -> bool:
+    """Whether a Kubernetes quantity ("4", "0", "0.0", "500m", "1k") is above zero; an unreadable one counts as
+    positive, so that a pod the watcher cannot read is judged as asking for GPUs."""
+    match = _QUANTITY.match(str(text).strip())
+    if match is None or match.group(1) in ("", "."):
+        return True
+    return float(match.group(1)) > 0
 
 
 def _gpu(container: Object) -> bool:
     resources = container.get("resources") or {}
     return any(
-        str((resources.get(kind) or {}).get(keys.GPU_RESOURCE, "0")).strip() not in ("", "0")
+        keys.GPU_RESOURCE in (resources.get(kind) or {}) and quantity_positive(resources[kind][keys.GPU_RESOURCE])
         for kind in ("limits", "requests")
     )
+
+
+def controller_of(meta: Object) -> tuple[str, str] | None:
+    for reference in meta.get("ownerReferences") or []:
+        if reference.get("controller"):
+            return str(reference.get("kind")), str(reference.get("uid"))
+    return None
 
 
 def pod_view(pod: Object) -> PodView:
@@ -73,21 +118,24 @@ def pod_view(pod: Object) -> PodView:
         and keys.CHANNEL_CLAIM_NAME
         not in [claim.get("name") for claim in (container.get("resources") or {}).get("claims") or []]
     )
-    group_index = labels.get(keys.LWS_GROUP_INDEX_LABEL)
-    lws = labels.get(keys.LWS_NAME_LABEL)
-    scope = labels.get(keys.SCOPE_LABEL)
+    ds_slice = labels.get(keys.DS_SLICE_LABEL, "0")
+    revision = labels.get(keys.DS_REVISION_LABEL)
     return PodView(
         namespace=str(meta.get("namespace", "")),
         name=str(meta["name"]),
+        uid=str(meta["uid"]),
         terminal=(pod.get("status") or {}).get("phase") in TERMINAL,
+        deleting=bool(meta.get("deletionTimestamp")),
         bound=bool(spec.get("nodeName")),
         recorded=annotations.get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION),
         claim_templates=frozenset(
             str(claim["resourceClaimTemplateName"]) for claim in claims if claim.get("resourceClaimTemplateName")
         ),
         unclaimed_gpu_containers=unclaimed,
-        group=(str(lws), str(group_index)) if scope == keys.SCOPE_REPLICA and lws and group_index else None,
-        opted_in=scope in (keys.SCOPE_REPLICA, keys.SCOPE_SLICE),
+        scope=labels.get(keys.SCOPE_LABEL),
+        leader=labels.get(keys.LWS_WORKER_INDEX_LABEL) == "0",
+        owner=controller_of(meta),
+        slice_revision=(str(ds_slice), str(revision)) if revision is not None else None,
     )
 
 
@@ -95,98 +143,236 @@ def _template_of(domain: Object) -> str:
     return str((((domain.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate") or {}).get("name", ""))
 
 
+def managed(domain: Object) -> bool:
+    return (domain["metadata"].get("labels") or {}).get(keys.MANAGED_BY_LABEL) in keys.DOMAIN_MANAGERS
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deletion:
+    namespace: str
+    name: str
+    template: str
+    moment: int
+
+
 @dataclasses.dataclass
 class Watcher:
-    """The watcher's view: every pod and ComputeDomain as last seen, keyed by uid, and the foreign objects watched."""
+    """The watcher's view: every pod as it was at each of its writes, ComputeDomains as last seen, the controller
+    owner of every pod, StatefulSet and LeaderWorkerSet, and the foreign objects watched."""
 
-    pods: dict[str, PodView] = dataclasses.field(default_factory=dict)
-    #: domain uid → (namespace, name, claim template, deleting)
-    domains: dict[str, tuple[str, str, str, bool]] = dataclasses.field(default_factory=dict)
+    #: pod uid → [(resourceVersion, the pod then, None once deleted)], in resourceVersion order
+    pods: dict[str, list[tuple[int, PodView | None]]] = dataclasses.field(default_factory=dict)
+    #: domain uid → (namespace, name, deleting)
+    domains: dict[str, tuple[str, str, bool]] = dataclasses.field(default_factory=dict)
+    #: uid → its controller owner's (kind, uid)
+    owners: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     #: (plural, uid) → the resourceVersion of a foreign object when the run began
     foreign: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
-    events: int = 0
+    #: How far the pod watch has delivered: deletions that started up to here can be judged.
+    pods_seen_to: int = 0
+    pending: list[_Deletion] = dataclasses.field(default_factory=list)
+    #: Checks made per invariant, and managed domains seen created and deleted.
+    checks: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    created: set[str] = dataclasses.field(default_factory=set)
+    deleted: set[str] = dataclasses.field(default_factory=set)
     violations: list[Violation] = dataclasses.field(default_factory=list)
+
+    # --- events -----------------------------------------------------------------------------------------------
 
     def watch_foreign(self, plural: str, body: Object) -> None:
         meta = body["metadata"]
         self.foreign[(plural, str(meta["uid"]))] = str(meta["resourceVersion"])
 
-    def on_pod(self, kind: str, pod: Object) -> list[Violation]:
-        self.events += 1
-        uid = str(pod["metadata"]["uid"])
-        if kind == "DELETED":
-            self.pods.pop(uid, None)
+    def on_foreign(self, plural: str, body: Object) -> list[Violation]:
+        """Any event of a kind that holds foreign objects: a changed resourceVersion of one is a violation."""
+        meta = body["metadata"]
+        key = (plural, str(meta["uid"]))
+        if key not in self.foreign:
             return []
-        view = pod_view(pod)
-        self.pods[uid] = view
-        found: list[Violation] = []
-        if view.opted_in and view.bound and not view.terminal and view.unclaimed_gpu_containers:
-            found.append(
-                self._violation(
-                    "opted-in pod runs without its claim",
+        self.checks[NOTHING_FOREIGN_WRITTEN] += 1
+        if str(meta.get("resourceVersion")) == self.foreign[key]:
+            return []
+        found = self._violation(
+            NOTHING_FOREIGN_WRITTEN,
+            _version(body),
+            (f"{plural} {meta.get('namespace', '')}/{meta['name']}",),
+            f"written: resourceVersion {self.foreign[key]} became {meta.get('resourceVersion')}",
+        )
+        self.foreign[key] = str(meta.get("resourceVersion"))
+        return found
+
+    def on_owner(self, event: str, body: Object) -> list[Violation]:
+        """A StatefulSet or LeaderWorkerSet event: remembers its controller owner (kept after deletion, as pods
+        outlive their owners briefly). A group check that waited for this owner is made now."""
+        meta = body["metadata"]
+        owner = controller_of(meta)
+        if owner is None or event == "DELETED":
+            return []
+        self.owners[str(meta["uid"])] = owner
+        waiting = [
+            view
+            for view in self._current_pods()
+            if view.owner == ("StatefulSet", meta["uid"]) or (view.scope == keys.SCOPE_SLICE and event == "ADDED")
+        ]
+        return [violation for view in waiting for violation in self._group(view)]
+
+    def on_pod(self, event: str, pod: Object) -> list[Violation]:
+        uid = str(pod["metadata"]["uid"])
+        moment = _version(pod)
+        view = None if event == "DELETED" else pod_view(pod)
+        self._record(uid, moment, view)
+        found = self.progress(moment)
+        if view is None:
+            return found
+        if view.scope is not None and view.bound and not view.terminal:
+            self.checks[RUNS_WITHOUT_CLAIM] += 1
+            if view.unclaimed_gpu_containers:
+                found += self._violation(
+                    RUNS_WITHOUT_CLAIM,
+                    moment,
                     (f"{view.namespace}/{view.name}",),
                     f"GPU containers {list(view.unclaimed_gpu_containers)} lack {keys.CHANNEL_CLAIM_NAME}",
                 )
-            )
-        if view.group is not None and view.recorded and not view.terminal:
-            others = sorted(
-                f"{other.namespace}/{other.name} ({other.recorded})"
-                for other in self.pods.values()
-                if other.group == view.group
-                and other.namespace == view.namespace
-                and not other.terminal
-                and other.recorded
-                and other.recorded != view.recorded
-            )
-            if others:
-                found.append(
-                    self._violation(
-                        "one group, one domain",
-                        (f"{view.namespace}/{view.name}", *others),
-                        f"group {view.group[1]} of {view.group[0]}: {view.recorded} and {', '.join(others)}",
-                    )
-                )
-        return found
+        return found + self._group(view)
 
-    def on_domain(self, kind: str, domain: Object) -> list[Violation]:
-        self.events += 1
+    def relisted_pods(self, moment: int, present: Iterable[str]) -> list[Violation]:
+        """After a re-list at `moment` (the watch broke, events in between are lost): pods not `present` are gone."""
+        present = set(present)
+        for uid, history in self.pods.items():
+            if uid not in present and history[-1][1] is not None:
+                history.append((moment, None))
+        return self.progress(moment)
+
+    def on_domain(self, event: str, domain: Object) -> list[Violation]:
         meta = domain["metadata"]
         uid = str(meta["uid"])
         namespace, name = str(meta.get("namespace", "")), str(meta["name"])
         was = self.domains.get(uid)
-        deleting = bool(meta.get("deletionTimestamp")) or kind == "DELETED"
-        found: list[Violation] = []
-        key = (keys.COMPUTE_DOMAIN_PLURAL, uid)
-        if key in self.foreign and str(meta.get("resourceVersion")) != self.foreign[key]:
-            found.append(
-                self._violation("nothing foreign written", (f"{namespace}/{name}",), "a foreign domain changed")
-            )
-        if deleting and not (was is not None and was[3]):
-            users = sorted(self.users(namespace, name, _template_of(domain)))
-            if users:
-                found.append(
-                    self._violation(
-                        "no domain deleted under a pod",
-                        (f"{namespace}/{name}", *users),
-                        f"deletion of {name} started while {', '.join(users)} referenced it",
-                    )
-                )
-        if kind == "DELETED":
+        deleting = bool(meta.get("deletionTimestamp")) or event == "DELETED"
+        found = self.on_foreign(keys.COMPUTE_DOMAIN_PLURAL, domain)
+        ours = managed(domain) and (keys.COMPUTE_DOMAIN_PLURAL, uid) not in self.foreign
+        if ours and was is None and not deleting:
+            self.created.add(uid)
+        if deleting and not (was is not None and was[2]):
+            self.pending.append(_Deletion(namespace, name, _template_of(domain), _version(domain)))
+            found += self.progress(self.pods_seen_to)
+        if event == "DELETED":
             self.domains.pop(uid, None)
+            if ours:
+                self.deleted.add(uid)
         else:
-            self.domains[uid] = (namespace, name, _template_of(domain), deleting)
+            self.domains[uid] = (namespace, name, deleting)
         return found
 
-    def users(self, namespace: str, domain: str, template: str) -> Iterable[str]:
-        return (
-            f"{pod.namespace}/{pod.name}"
-            for pod in self.pods.values()
-            if pod.namespace == namespace
-            and not pod.terminal
-            and (pod.recorded == domain or (template and template in pod.claim_templates))
+    def progress(self, moment: int) -> list[Violation]:
+        """The pod watch has delivered everything up to `moment` (an event, a bookmark, a re-list): judge every
+        deletion that started by then against the pods as they were at its start."""
+        self.pods_seen_to = max(self.pods_seen_to, moment)
+        ready = [d for d in self.pending if d.moment <= self.pods_seen_to]
+        self.pending = [d for d in self.pending if d.moment > self.pods_seen_to]
+        return [v for deletion in ready for v in self._judge(deletion)]
+
+    def finish(self) -> list[Violation]:
+        """At the end of the run: judge the deletions still waiting for the pod watch, with what it delivered."""
+        return self.progress(max([self.pods_seen_to, *(d.moment for d in self.pending)]))
+
+    # --- judgements -------------------------------------------------------------------------------------------
+
+    def users_at(self, moment: int, namespace: str, domain: str, template: str) -> list[str]:
+        users = []
+        for history in self.pods.values():
+            then = _at(history, moment)
+            if then is not None and then.namespace == namespace and then.references(domain, template):
+                users.append(f"{then.namespace}/{then.name}")
+        return sorted(users)
+
+    def _judge(self, deletion: _Deletion) -> list[Violation]:
+        self.checks[DELETED_UNDER_A_POD] += 1
+        users = self.users_at(deletion.moment, deletion.namespace, deletion.name, deletion.template)
+        if not users:
+            return []
+        return self._violation(
+            DELETED_UNDER_A_POD,
+            deletion.moment,
+            (f"{deletion.namespace}/{deletion.name}", *users),
+            f"deletion of {deletion.name} started while {', '.join(users)} referenced it",
         )
 
-    def _violation(self, invariant: str, objects: tuple[str, ...], detail: str) -> Violation:
-        found = Violation(invariant=invariant, moment=self.events, objects=objects, detail=detail)
+    def incarnation(self, view: PodView) -> tuple[str, ...] | None:
+        """The group incarnation of a pod of ours, or None while an owner on its way up is not known yet."""
+        if view.scope == keys.SCOPE_REPLICA:
+            if view.leader:
+                return ("replica", view.uid)
+            statefulset = view.owner
+            leader = self.owners.get(statefulset[1]) if statefulset and statefulset[0] == "StatefulSet" else None
+            return ("replica", leader[1]) if leader and leader[0] == "Pod" else None
+        if view.scope == keys.SCOPE_SLICE and view.slice_revision is not None:
+            owner, hops = view.owner, 0
+            while owner is not None and owner[0] != keys.DS_KIND and hops < 5:
+                owner, hops = self.owners.get(owner[1]) or self._pod_owner(owner), hops + 1
+            return ("slice", owner[1], *view.slice_revision) if owner and owner[0] == keys.DS_KIND else None
+        return None
+
+    def _pod_owner(self, owner: tuple[str, str]) -> tuple[str, str] | None:
+        """A leader pod's own controller owner (a worker's StatefulSet is owned by its leader pod)."""
+        if owner[0] != "Pod" or owner[1] not in self.pods:
+            return None
+        latest = next((view for _, view in reversed(self.pods[owner[1]]) if view is not None), None)
+        return latest.owner if latest is not None else None
+
+    def _group(self, view: PodView) -> list[Violation]:
+        if not view.live or not view.recorded:
+            return []
+        incarnation = self.incarnation(view)
+        if incarnation is None:
+            return []
+        self.checks[ONE_GROUP_ONE_DOMAIN] += 1
+        others = sorted(
+            f"{other.namespace}/{other.name} ({other.recorded})"
+            for other in self._current_pods()
+            if other.uid != view.uid
+            and other.live
+            and other.recorded
+            and other.recorded != view.recorded
+            and other.namespace == view.namespace
+            and self.incarnation(other) == incarnation
+        )
+        if not others:
+            return []
+        return self._violation(
+            ONE_GROUP_ONE_DOMAIN,
+            self.pods_seen_to,
+            (f"{view.namespace}/{view.name}", *others),
+            f"{view.name} records {view.recorded}, and {', '.join(others)}",
+        )
+
+    def _current_pods(self) -> Iterable[PodView]:
+        return (history[-1][1] for history in self.pods.values() if history[-1][1] is not None)
+
+    def _record(self, uid: str, moment: int, view: PodView | None) -> None:
+        history = self.pods.setdefault(uid, [])
+        if history and history[-1][0] > moment:
+            return  # an older state, delivered again by a re-list or a resumed watch
+        history.append((moment, view))
+
+    def _violation(self, invariant: str, moment: int, objects: tuple[str, ...], detail: str) -> list[Violation]:
+        """Recorded once per invariant and set of objects: a pair of pods found again at a later event is one."""
+        if any(v.invariant == invariant and set(v.objects) == set(objects) for v in self.violations):
+            return []
+        found = Violation(invariant=invariant, moment=moment, objects=objects, detail=detail)
         self.violations.append(found)
-        return found
+        return [found]
+
+
+def _version(body: Object) -> int:
+    return int(body["metadata"].get("resourceVersion") or 0)
+
+
+def _at(history: list[tuple[int, PodView | None]], moment: int) -> PodView | None:
+    """The pod as it was at `moment`: its last write at or before it (None: not there yet, or gone)."""
+    then = None
+    for written, view in history:
+        if written > moment:
+            break
+        then = view
+    return then
