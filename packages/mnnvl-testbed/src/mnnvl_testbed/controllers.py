@@ -199,8 +199,30 @@ def point_webhooks_at(testbed: cluster.Testbed, replica: Replica, controller: st
     In a cluster a Service spreads webhook calls over all ready replicas; here there is no Service, so when a
     replica goes away the testbed re-points the webhooks, as endpoint removal would.
     """
+    route_webhooks(testbed, controller, f"https://127.0.0.1:{replica.webhook_port}")
+
+
+def route_webhooks(testbed: cluster.Testbed, controller: str, url: str) -> None:
+    """Call `controller`'s webhooks at `url` (a replica, or a proxy standing in for the Service), via the release."""
     block = release.installed_blocks(testbed)[release.BLOCKS[controller]]
-    release.install(testbed, controller, {**block, "webhook": {"url": f"https://127.0.0.1:{replica.webhook_port}"}})
+    release.install(testbed, controller, {**block, "webhook": {"url": url}})
+
+
+def revive(testbed: cluster.Testbed, controller: str, replica: Replica) -> None:
+    """Start `replica` of `controller` again after it died, on its own ports, with the release as installed now:
+    what the Deployment does for a crashed pod. Returns once it reports healthy."""
+    installed = release.rendered(testbed)
+    kubeconfig = release.service_account_kubeconfig(testbed, installed, controller)
+    command, env = _replica_process(testbed, installed, controller, replica, kubeconfig)
+    supervisor = processes.Supervisor(testbed.state_dir)
+    supervisor.start(replica.name, command, env=env)
+    _wait_healthy(supervisor, replica, webhook=controller in WEBHOOK_SERVERS)
+
+
+def started_replicas(testbed: cluster.Testbed, controller: str) -> list[Replica]:
+    """Every replica `controller` was last started with, running or not."""
+    path = testbed.state_dir / "controllers" / controller / "replicas.json"
+    return [Replica(**r) for r in json.loads(path.read_text())] if path.exists() else []
 
 
 def uninstall(testbed: cluster.Testbed, controller: str) -> None:
@@ -225,11 +247,8 @@ def user_kubeconfig(testbed: cluster.Testbed, user: str) -> pathlib.Path:
 
 
 def running_replicas(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> list[Replica]:
-    path = testbed.state_dir / "controllers" / controller / "replicas.json"
-    if not path.exists():
-        return []
     alive = set(replica_names(testbed, controller))
-    return [Replica(**r) for r in json.loads(path.read_text()) if r["name"] in alive]
+    return [replica for replica in started_replicas(testbed, controller) if replica.name in alive]
 
 
 def _wait_healthy(supervisor: processes.Supervisor, replica: Replica, *, webhook: bool) -> None:

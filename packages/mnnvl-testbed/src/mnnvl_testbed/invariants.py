@@ -36,6 +36,9 @@ ONE_GROUP_ONE_DOMAIN = "one group, one domain"
 NOTHING_FOREIGN_WRITTEN = "nothing foreign written"
 #: Every invariant the watcher checks, in the order reports list them.
 INVARIANTS = (DELETED_UNDER_A_POD, RUNS_WITHOUT_CLAIM, ONE_GROUP_ONE_DOMAIN, NOTHING_FOREIGN_WRITTEN)
+#: The event of an object delivered by a list: not in resourceVersion order, so it moves no moment forward (the
+#: list's own resourceVersion does, once the whole list is in: `relisted_pods`).
+LISTED = "LISTED"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -221,7 +224,7 @@ class Watcher:
         moment = _version(pod)
         view = None if event == "DELETED" else pod_view(pod)
         self._record(uid, moment, view)
-        found = self.progress(moment)
+        found = self.progress(moment) if event != LISTED else []
         if view is None:
             return found
         if view.scope is not None and view.bound and not view.terminal:
@@ -251,7 +254,7 @@ class Watcher:
         deleting = bool(meta.get("deletionTimestamp")) or event == "DELETED"
         found = self.on_foreign(keys.COMPUTE_DOMAIN_PLURAL, domain)
         ours = managed(domain) and (keys.COMPUTE_DOMAIN_PLURAL, uid) not in self.foreign
-        if ours and was is None and not deleting:
+        if ours and was is None and not deleting and event == "ADDED":
             self.created.add(uid)
         if deleting and not (was is not None and was[2]):
             self.pending.append(_Deletion(namespace, name, _template_of(domain), _version(domain)))
