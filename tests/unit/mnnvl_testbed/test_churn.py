@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,3 +124,30 @@ def test_shapes_put_gpus_where_they_say() -> None:
         keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "disabled",
         keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled",
     }
+
+
+@given(workload=workloads, action=st.sampled_from(["roll", "toggle-opt-in", "scale", "change-slices"]))
+def test_each_change_names_only_what_it_changes_and_reads_back(workload: churn.Workload, action: str) -> None:
+    """Applied as a merge patch over the workload as it was, a change gives the workload as it should be after."""
+    before = dataclasses.replace(workload, revision=max(workload.revision - 1, 0), replicas=workload.replicas % 3 + 1)
+    if action == "toggle-opt-in":
+        before = dataclasses.replace(workload, opted_in=not workload.opted_in, never_opted_in=not workload.opted_in)
+        workload = dataclasses.replace(workload, never_opted_in=False)
+    patched = merged(churn.manifest(before, "r"), churn.change(action, workload, "r"))
+    expected = workload if action != "roll" else dataclasses.replace(workload, replicas=before.replicas)
+    if action in ("scale", "change-slices"):
+        expected = dataclasses.replace(workload, revision=before.revision)
+    assert churn.observed(patched) == expected
+
+
+def merged(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result

@@ -296,12 +296,21 @@ def perform(api: kube.Kube, operation: Operation, run: str) -> None:
         if after is not None:
             _create_again(api, after, run)
         return
-    replaced = manifest(after, run)
-    patch: dict[str, Any] = {"spec": replaced["spec"]}
-    if operation.action == "toggle-opt-in":
+    api.request("PATCH", path(after.kind, after.namespace, after.name), body=change(operation.action, after, run),
+                content_type=kube.MERGE_PATCH)  # fmt: skip
+
+
+def change(action: str, after: Workload, run: str) -> dict[str, Any]:
+    """The merge patch a user sends for `action`, naming only what the action changes."""
+    if action == "toggle-opt-in":
         key = keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION if after.kind == DS else keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION
-        patch = {"metadata": {"annotations": {key: "enabled" if after.opted_in else None, PLAIN_ANNOTATION: None}}}
-    api.request("PATCH", path(after.kind, after.namespace, after.name), body=patch, content_type=kube.MERGE_PATCH)
+        return {"metadata": {"annotations": {key: "enabled" if after.opted_in else None, PLAIN_ANNOTATION: None}}}
+    if action == "roll" and after.kind == DS:
+        return {"spec": {"roles": manifest(after, run)["spec"]["roles"]}}
+    if action == "roll":
+        revision = {"annotations": {REVISION_ANNOTATION: str(after.revision)}}
+        return {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"metadata": revision}}}}
+    return {"spec": {"slices" if after.kind == DS else "replicas": after.replicas}}
 
 
 def _create_again(api: kube.Kube, workload: Workload, run: str, *, within: float = 30.0) -> None:
