@@ -26,7 +26,20 @@ from typing import Any
 from mnnvl_api import keys
 from mnnvl_runtime import kube
 
-from . import churn, cluster, controllers, faults, invariants, processes, proxy, testing, waiting, watching, workloads
+from . import (
+    churn,
+    cluster,
+    controllers,
+    faults,
+    invariants,
+    manifests,
+    processes,
+    proxy,
+    testing,
+    waiting,
+    watching,
+    workloads,
+)
 
 log = logging.getLogger("mnnvl-chaos")
 
@@ -67,7 +80,7 @@ class Run:
         self.run_id = uuid.uuid4().hex[:5]
         self.namespaces = [f"{stem}-{self.run_id}" for stem in churn.NAMESPACES]
         self.canary_namespace = f"chaos-canary-{self.run_id}"
-        self.watcher = invariants.Watcher()
+        self.watcher = invariants.Watcher(tolerated_finalizers=frozenset({manifests.COMPUTE_DOMAIN_FINALIZER}))
         self.monitor = watching.Monitor(self.watcher, ignore=self._is_canary)
         self.tally = Tally()
         self.stopping = threading.Event()
@@ -456,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The outages are the point: the clients' retries during them are noise.
+    for noisy in ("urllib3", "mnnvl_runtime.kube"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     testbed = testing.topology_crds(testing.start_or_reuse(), TOPOLOGY_CRDS)
     run = Run(testbed, seed=seed, minutes=args.minutes, bound=args.bound)
     tally = run.execute()

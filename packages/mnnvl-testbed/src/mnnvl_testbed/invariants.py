@@ -14,7 +14,9 @@ The checks:
 - a pod of an opted-in revision bound to a node while a GPU container of it lacks the channel claim;
 - two live (non-terminal, not deleting) pods of one group incarnation recording two domains: a replica group is
   its leader pod (workers reach it through their StatefulSet), a slice group is (DisaggregatedSet, slice, revision);
-- a write (a new resourceVersion) to an object that is not ours, watched throughout (a foreign look-alike).
+- a change to an object that is not ours, watched throughout (a foreign look-alike): to its labels, annotations,
+  finalizers, owners, spec or deletion. The driver's own writes to every ComputeDomain (its finalizer, the status)
+  are not changes the watcher holds against anyone; which finalizers those are is the watcher's to be told.
 """
 
 from __future__ import annotations
@@ -165,12 +167,14 @@ class Watcher:
 
     #: pod uid → [(resourceVersion, the pod then, None once deleted)], in resourceVersion order
     pods: dict[str, list[tuple[int, PodView | None]]] = dataclasses.field(default_factory=dict)
-    #: domain uid → (namespace, name, deleting)
-    domains: dict[str, tuple[str, str, bool]] = dataclasses.field(default_factory=dict)
+    #: domain uid → (namespace, name, claim template, deleting)
+    domains: dict[str, tuple[str, str, str, bool]] = dataclasses.field(default_factory=dict)
     #: uid → its controller owner's (kind, uid)
     owners: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
-    #: (plural, uid) → the resourceVersion of a foreign object when the run began
-    foreign: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    #: (plural, uid) → what a foreign object was when the run began, as `fingerprint` sees it
+    foreign: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: Finalizers others than mnnvl put on foreign objects by design (the driver's on every ComputeDomain).
+    tolerated_finalizers: frozenset[str] = frozenset()
     #: How far the pod watch has delivered: deletions that started up to here can be judged.
     pods_seen_to: int = 0
     pending: list[_Deletion] = dataclasses.field(default_factory=list)
@@ -183,25 +187,38 @@ class Watcher:
     # --- events -----------------------------------------------------------------------------------------------
 
     def watch_foreign(self, plural: str, body: Object) -> None:
+        self.foreign[(plural, str(body["metadata"]["uid"]))] = self.fingerprint(body)
+
+    def fingerprint(self, body: Object) -> dict[str, Any]:
+        """What nobody but its owner may change on a foreign object: all but status and tolerated finalizers."""
         meta = body["metadata"]
-        self.foreign[(plural, str(meta["uid"]))] = str(meta["resourceVersion"])
+        return {
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+            "finalizers": sorted(set(meta.get("finalizers") or []) - self.tolerated_finalizers),
+            "ownerReferences": meta.get("ownerReferences") or [],
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "spec": body.get("spec"),
+        }
 
     def on_foreign(self, plural: str, body: Object) -> list[Violation]:
-        """Any event of a kind that holds foreign objects: a changed resourceVersion of one is a violation."""
+        """Any event of a kind that holds foreign objects: a change to one of them is a violation."""
         meta = body["metadata"]
         key = (plural, str(meta["uid"]))
         if key not in self.foreign:
             return []
         self.checks[NOTHING_FOREIGN_WRITTEN] += 1
-        if str(meta.get("resourceVersion")) == self.foreign[key]:
+        now = self.fingerprint(body)
+        changed = sorted(part for part, value in now.items() if self.foreign[key][part] != value)
+        if not changed:
             return []
         found = self._violation(
             NOTHING_FOREIGN_WRITTEN,
             _version(body),
             (f"{plural} {meta.get('namespace', '')}/{meta['name']}",),
-            f"written: resourceVersion {self.foreign[key]} became {meta.get('resourceVersion')}",
+            f"its {', '.join(changed)} changed: {[(part, now[part]) for part in changed]}",
         )
-        self.foreign[key] = str(meta.get("resourceVersion"))
+        self.foreign[key] = now
         return found
 
     def on_owner(self, event: str, body: Object) -> list[Violation]:
@@ -246,6 +263,17 @@ class Watcher:
                 history.append((moment, None))
         return self.progress(moment)
 
+    def relisted_domains(self, moment: int, present: Iterable[str]) -> list[Violation]:
+        """After a re-list at `moment`: a domain not `present` went in the gap; its deletion is judged as starting at
+        the re-list (the latest it can have started), unless it was seen starting already."""
+        present = set(present)
+        for uid, (namespace, name, template, deleting) in list(self.domains.items()):
+            if uid not in present:
+                del self.domains[uid]
+                if not deleting:
+                    self.pending.append(_Deletion(namespace, name, template, moment))
+        return self.progress(self.pods_seen_to)
+
     def on_domain(self, event: str, domain: Object) -> list[Violation]:
         meta = domain["metadata"]
         uid = str(meta["uid"])
@@ -256,7 +284,7 @@ class Watcher:
         ours = managed(domain) and (keys.COMPUTE_DOMAIN_PLURAL, uid) not in self.foreign
         if ours and was is None and not deleting and event == "ADDED":
             self.created.add(uid)
-        if deleting and not (was is not None and was[2]):
+        if deleting and not (was is not None and was[3]):
             self.pending.append(_Deletion(namespace, name, _template_of(domain), _version(domain)))
             found += self.progress(self.pods_seen_to)
         if event == "DELETED":
@@ -264,7 +292,7 @@ class Watcher:
             if ours:
                 self.deleted.add(uid)
         else:
-            self.domains[uid] = (namespace, name, deleting)
+            self.domains[uid] = (namespace, name, _template_of(domain), deleting)
         return found
 
     def progress(self, moment: int) -> list[Violation]:

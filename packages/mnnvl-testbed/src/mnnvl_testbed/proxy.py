@@ -51,6 +51,8 @@ class WebhookProxy:
         self._ready.set()
         self._loop.run_forever()
         server.close()
+        # Calls still open when the stand-in stops are cut, as a Service's would be when it goes: not an error.
+        self._loop.set_exception_handler(lambda loop, context: None)
         pending = asyncio.all_tasks(self._loop)
         for task in pending:
             task.cancel()

@@ -111,7 +111,7 @@ class Stream(threading.Thread):
         handle = self._on_event(self.monitor.watcher)
         while not self.stopping.is_set():
             line = response.readline()
-            if not line:
+            if not line or self.stopping.is_set():  # what comes after the run ended is not judged
                 return
             event = json.loads(line)
             kind, obj = event["type"], event["object"]
@@ -133,7 +133,7 @@ def streams(testbed: cluster.Testbed, monitor: Monitor, *, topologies: bool) -> 
     cd_path = f"/apis/{workloads.CD_API}/{keys.COMPUTE_DOMAIN_PLURAL}"
     found = [
         Stream(testbed, "/api/v1/pods", monitor, lambda w: w.on_pod, on_relist=_pods_relisted, on_progress=True),
-        Stream(testbed, cd_path, monitor, lambda w: w.on_domain),
+        Stream(testbed, cd_path, monitor, lambda w: w.on_domain, on_relist=_domains_relisted),
         Stream(testbed, "/apis/apps/v1/statefulsets", monitor, lambda w: w.on_owner),
         Stream(testbed, f"/apis/{workloads.LWS_API}/leaderworkersets", monitor, lambda w: w.on_owner),
     ]
@@ -145,6 +145,10 @@ def streams(testbed: cluster.Testbed, monitor: Monitor, *, topologies: bool) -> 
             )
         )
     return found
+
+
+def _domains_relisted(watcher: invariants.Watcher, version: int, present: set[str]) -> list[invariants.Violation]:
+    return watcher.relisted_domains(version, present)
 
 
 def _pods_relisted(watcher: invariants.Watcher, version: int, present: set[str]) -> list[invariants.Violation]:
