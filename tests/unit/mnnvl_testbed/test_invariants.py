@@ -119,25 +119,61 @@ def test_a_domain_deleted_at_once_under_a_pod_holding_only_its_claim_is_a_violat
     watcher = invariants.Watcher()
     watcher.on_pod("ADDED", pod("w-0", version=2, recorded=None))
     assert kinds(watcher.on_domain("DELETED", domain(version=3))) == []
-    assert kinds(watcher.finish()) == [invariants.DELETED_UNDER_A_POD]
+    assert kinds(watcher.progress(3)) == [invariants.DELETED_UNDER_A_POD]
 
 
-def test_finished_pods_and_pods_made_after_the_start_are_not_users() -> None:
+def test_a_deletion_the_pod_watch_never_reached_is_inconclusive_not_judged() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.on_domain("MODIFIED", domain(version=8, deleting=True))
+    assert watcher.finish() == []
+    assert watcher.violations == []
+    assert len(watcher.inconclusive) == 1
+
+
+def test_finished_pods_pods_elsewhere_and_pods_made_after_the_start_are_not_users() -> None:
     watcher = invariants.Watcher()
     watcher.on_pod("ADDED", pod("w-0", version=2, phase="Succeeded"))
-    watcher.on_domain("MODIFIED", domain(version=3, deleting=True))
-    watcher.on_pod("ADDED", pod("w-0-1", version=4))
-    assert watcher.finish() == []
+    elsewhere = pod("w-9", version=3)
+    elsewhere["metadata"]["namespace"] = "other"
+    watcher.on_pod("ADDED", elsewhere)
+    watcher.on_domain("MODIFIED", domain(version=4, deleting=True))
+    watcher.on_pod("ADDED", pod("w-0-1", version=5))
+    assert watcher.violations == []
     assert watcher.checks[invariants.DELETED_UNDER_A_POD] == 1
+
+
+def test_a_pod_gone_in_a_pod_watch_gap_is_neither_a_user_nor_forgotten() -> None:
+    """The pod watch broke at 3 and re-listed at 8: a domain deleted at 6 may have gone after the pod did (the
+    controller was right) or before it (a violation); the watcher cannot tell, and says so."""
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.on_pod("ADDED", pod("w-1", version=3))
+    watcher.on_domain("MODIFIED", domain(version=6, deleting=True))
+    assert watcher.relisted_pods(3, 8, present=["uid-w-1"]) != []  # w-1 still holds it after the gap: certain
+    assert [v.objects for v in watcher.violations] == [(f"{NS}/{DOMAIN}", f"{NS}/w-1")]
+    assert len(watcher.inconclusive) == 1  # w-0: unknown
+
+
+def test_a_domain_listed_already_deleting_after_a_gap_is_judged_over_the_gap() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_domain("ADDED", domain(version=1))
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.relisting_domains(2)
+    watcher.on_domain(invariants.LISTED, domain(version=6, deleting=True))  # its deletion began in (2, 6]
+    assert kinds(watcher.relisted_domains(7, present=["uid-d"])) == []
+    assert kinds(watcher.progress(7)) == [invariants.DELETED_UNDER_A_POD]  # w-0 referenced it throughout
 
 
 def test_a_relist_forgets_the_pods_it_no_longer_lists() -> None:
     watcher = invariants.Watcher()
     watcher.on_pod("ADDED", pod("w-0", version=2))
-    watcher.on_pod("ADDED", pod("w-1", version=3, recorded=None, claimed=False))
-    watcher.relisted_pods(9, present=["uid-w-1"])
+    watcher.on_pod("ADDED", pod("w-1", version=3, recorded=None, claimed=False, gpus="0"))
+    watcher.relisted_pods(0, 9, present=["uid-w-1"])
     watcher.on_domain("MODIFIED", domain(version=10, deleting=True))
-    assert watcher.finish() == []
+    watcher.progress(10)
+    assert watcher.violations == []
+    assert watcher.checks[invariants.DELETED_UNDER_A_POD] == 1
 
 
 def test_a_bound_opted_in_pod_lacking_its_claim_in_a_gpu_container_is_a_violation() -> None:
@@ -240,6 +276,108 @@ def test_a_domain_gone_in_a_watch_gap_is_judged_at_the_relist() -> None:
     watcher.on_domain("ADDED", domain(version=1))
     watcher.on_domain("ADDED", domain(version=2, uid="kept", name="kept"))
     watcher.on_pod("ADDED", pod("w-0", version=3))
+    watcher.relisting_domains(3)
     assert watcher.relisted_domains(9, present=["kept"]) == []  # the pod watch is at 3 yet
     assert kinds(watcher.progress(9)) == [invariants.DELETED_UNDER_A_POD]
     assert watcher.relisted_domains(10, present=["kept"]) == []  # judged once
+
+
+def test_a_domain_gone_in_a_gap_after_its_pod_left_is_not_a_violation() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_domain("ADDED", domain(version=1))
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.relisting_domains(3)
+    watcher.on_pod("DELETED", pod("w-0", version=4))
+    watcher.relisted_domains(9, present=[])
+    watcher.progress(9)
+    assert watcher.violations == []
+
+
+def test_a_leaving_pod_of_the_group_may_still_record_the_old_domain() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_owner("ADDED", owned("StatefulSet", "sts-1", ("Pod", "leader-1")))
+    watcher.on_pod("ADDED", pod("w-0", version=1, uid="leader-1"))
+    leaving = pod("w-0-1", version=2, leader=False, owner=("StatefulSet", "sts-1"), recorded="old", deleting=True)
+    assert watcher.on_pod("ADDED", leaving) == []
+    staying = pod("w-0-2", version=3, leader=False, owner=("StatefulSet", "sts-1"), recorded="old")
+    assert kinds(watcher.on_pod("ADDED", staying)) == [invariants.ONE_GROUP_ONE_DOMAIN]
+
+
+def test_only_a_controller_reference_makes_an_owner() -> None:
+    watcher = invariants.Watcher()
+    not_controller = owned("StatefulSet", "sts-1", ("Pod", "leader-1"))
+    not_controller["metadata"]["ownerReferences"][0]["controller"] = False
+    watcher.on_owner("ADDED", not_controller)
+    watcher.on_pod("ADDED", pod("w-0", version=1, uid="leader-1"))
+    assert (
+        watcher.on_pod("ADDED", pod("w-0-1", version=2, leader=False, owner=("StatefulSet", "sts-1"), recorded="x"))
+        == []
+    )
+
+
+def test_a_slice_worker_reaches_its_set_through_its_leader_pod() -> None:
+    watcher = invariants.Watcher()
+    labels = {keys.DS_SLICE_LABEL: "0", keys.DS_REVISION_LABEL: "abc"}
+    watcher.on_owner("ADDED", owned("LeaderWorkerSet", "lws-1", (keys.DS_KIND, "ds-1")))
+    watcher.on_owner("ADDED", owned("StatefulSet", "leader-sts", ("LeaderWorkerSet", "lws-1")))
+    watcher.on_owner("ADDED", owned("StatefulSet", "worker-sts", ("Pod", "leader-1")))
+    watcher.on_pod(
+        "ADDED",
+        pod(
+            "p-0",
+            version=1,
+            uid="leader-1",
+            scope=keys.SCOPE_SLICE,
+            owner=("StatefulSet", "leader-sts"),
+            ds_labels=labels,
+        ),
+    )
+    worker = pod(
+        "p-0-1",
+        version=2,
+        leader=False,
+        scope=keys.SCOPE_SLICE,
+        owner=("StatefulSet", "worker-sts"),
+        recorded="y",
+        ds_labels=labels,
+    )
+    assert kinds(watcher.on_pod("ADDED", worker)) == [invariants.ONE_GROUP_ONE_DOMAIN]
+
+
+def test_a_restartable_gpu_init_container_needs_the_claim_and_a_plain_init_container_does_not() -> None:
+    watcher = invariants.Watcher()
+    sidecar = pod("w-0", version=1)
+    sidecar["spec"]["initContainers"] = [
+        {"name": "setup", "resources": {"limits": {keys.GPU_RESOURCE: "1"}}},
+        {"name": "nccl", "restartPolicy": "Always", "resources": {"limits": {keys.GPU_RESOURCE: "1"}}},
+    ]
+    found = watcher.on_pod("ADDED", sidecar)
+    assert kinds(found) == [invariants.RUNS_WITHOUT_CLAIM]
+    assert "['nccl']" in found[0].detail
+
+
+def test_listed_pods_move_no_moment_until_the_list_is_in() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=2))
+    watcher.on_domain("MODIFIED", domain(version=5, deleting=True))
+    watcher.on_pod(invariants.LISTED, pod("w-1", version=9, recorded="other", claimed=False, gpus="0"))
+    assert watcher.checks[invariants.DELETED_UNDER_A_POD] == 0
+    assert kinds(watcher.relisted_pods(0, 9, present=["uid-w-0", "uid-w-1"])) == [invariants.DELETED_UNDER_A_POD]
+
+
+def test_an_older_state_delivered_late_does_not_replace_a_newer_one() -> None:
+    watcher = invariants.Watcher()
+    watcher.on_pod("ADDED", pod("w-0", version=4, phase="Succeeded"))
+    watcher.on_pod(invariants.LISTED, pod("w-0", version=2))
+    watcher.on_domain("MODIFIED", domain(version=6, deleting=True))
+    watcher.progress(6)
+    assert watcher.violations == []
+
+
+def test_a_foreign_object_deleted_or_made_again_under_its_name_is_a_violation() -> None:
+    watcher = invariants.Watcher()
+    watcher.watch_foreign("topologies", {"metadata": {"name": "t", "uid": "1", "resourceVersion": "1"}, "spec": {}})
+    again = {"metadata": {"name": "t", "uid": "2", "resourceVersion": "3"}, "spec": {}}
+    assert "made under its name" in watcher.on_foreign("topologies", again, "ADDED")[0].detail
+    gone = {"metadata": {"name": "t", "uid": "2", "resourceVersion": "4"}, "spec": {}}
+    assert "deleted" in watcher.on_foreign("topologies", gone, "DELETED")[0].detail

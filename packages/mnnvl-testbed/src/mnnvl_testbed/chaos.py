@@ -35,6 +35,7 @@ from . import (
     manifests,
     processes,
     proxy,
+    release,
     testing,
     waiting,
     watching,
@@ -50,6 +51,7 @@ IN_USE_TEARDOWN = "the driver tore down no domain in use"
 CONVERGED = "converged after the churn"
 NOTHING_LEFT = "no managed domain left after deletion"
 CANARY_FOUND = "the watcher caught the deliberate violations"
+CANARIES = 3
 
 
 @dataclasses.dataclass
@@ -80,15 +82,19 @@ class Run:
         self.run_id = uuid.uuid4().hex[:5]
         self.namespaces = [f"{stem}-{self.run_id}" for stem in churn.NAMESPACES]
         self.canary_namespace = f"chaos-canary-{self.run_id}"
-        self.watcher = invariants.Watcher(tolerated_finalizers=frozenset({manifests.COMPUTE_DOMAIN_FINALIZER}))
+        self.watcher = invariants.Watcher(
+            tolerated_finalizers=frozenset({manifests.COMPUTE_DOMAIN_FINALIZER}),
+            namespaces=frozenset([*self.namespaces, self.canary_namespace, release.NAMESPACE]),
+        )
         self.monitor = watching.Monitor(self.watcher, ignore=self._is_canary)
         self.tally = Tally()
         self.stopping = threading.Event()
         self.supervisor = processes.Supervisor(testbed.state_dir)
         self.faults_done: collections.Counter[str] = collections.Counter()
+        self.restarted: collections.Counter[str] = collections.Counter()
 
     def _is_canary(self, violation: invariants.Violation) -> bool:
-        return any(f"{self.canary_namespace}/" in item for item in violation.objects)
+        return any(item.split("/", 1)[-1].startswith("canary-") for item in violation.objects)
 
     # --- the run ----------------------------------------------------------------------------------------------
 
@@ -113,11 +119,11 @@ class Run:
                 threads[0].join()
                 chaos.settle()
                 self.faults_done = chaos.done
+                self.restarted = chaos.restarted
                 self._converge()
                 self._delete_everything()
                 self._count_teardowns()
-                with self.monitor.lock:
-                    self.watcher.finish()
+                self._drain_watcher()
         finally:
             for controller, item in proxies.items():
                 replicas = controllers.started_replicas(self.testbed, controller)
@@ -177,28 +183,28 @@ class Run:
         return name
 
     def _canaries(self) -> None:
-        """Break two invariants on purpose and wait for the watcher to report each."""
+        """Break three invariants on purpose and wait for the watcher to report each: a domain deleted under a pod
+        recording it and a pod holding its claim template, a write to a foreign domain, and a pod of the replica
+        scope running without its claim (made in the release namespace, which mnnvl's webhooks leave alone)."""
         ns = self.canary_namespace
         doomed = workloads.create_foreign_domain(self.api, ns, "canary-doomed", {})
         written = workloads.create_foreign_domain(self.api, ns, "canary-written", {})
         with self.monitor.lock:
             self.watcher.watch_foreign(keys.COMPUTE_DOMAIN_PLURAL, written)
         node = self.api.list_objects("v1", "nodes")[0]["metadata"]["name"]
-        self.api.request(
-            "POST",
-            kube.path_of("v1", "pods", namespace=ns),
-            body={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "canary-user",
-                    "annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: doomed["metadata"]["name"]},
-                },
-                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "busybox"}]},
-            },
-        )
+        template = doomed["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        replica_scope = {keys.SCOPE_LABEL: keys.SCOPE_REPLICA}
+        canary_pods = [
+            (ns, canary_pod("canary-recorder", annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "canary-doomed"})),
+            (ns, canary_pod("canary-claimant", claim_template=template)),
+            (release.NAMESPACE, canary_pod("canary-claimless", node=node, gpus="4", labels=replica_scope)),
+        ]
+        for namespace, manifest in canary_pods:
+            self.api.request("POST", kube.path_of("v1", "pods", namespace=namespace), body=manifest)
         testing.wait_for(
-            lambda: self._seen_pod(ns, "canary-user"), what="the watcher to see the canary pod", timeout=60
+            lambda: all(self._seen_pod(namespace, m["metadata"]["name"]) for namespace, m in canary_pods[:2]),
+            what="the watcher to see the canary pods",
+            timeout=60,
         )
         self.api.delete(kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name="canary-doomed"))
         self.api.patch(
@@ -206,23 +212,47 @@ class Run:
             {"metadata": {"labels": {"written": "by-the-canary"}}},
         )
         expected = {
-            invariants.DELETED_UNDER_A_POD: f"{ns}/canary-doomed",
-            invariants.NOTHING_FOREIGN_WRITTEN: f"{ns}/canary-written",
+            invariants.DELETED_UNDER_A_POD: (f"{ns}/canary-doomed", f"{ns}/canary-recorder", f"{ns}/canary-claimant"),
+            invariants.NOTHING_FOREIGN_WRITTEN: (f"{ns}/canary-written",),
+            invariants.RUNS_WITHOUT_CLAIM: (f"{release.NAMESPACE}/canary-claimless",),
         }
 
         def caught() -> list[str] | None:
             with self.monitor.lock:
                 found = [
                     invariant
-                    for invariant, item in expected.items()
-                    if any(v.invariant == invariant and item in " ".join(v.objects) for v in self.watcher.violations)
+                    for invariant, items in expected.items()
+                    if any(
+                        v.invariant == invariant and all(item in " ".join(v.objects) for item in items)
+                        for v in self.watcher.violations
+                    )
                 ]
             return found if len(found) == len(expected) else None
 
         try:
-            self.tally.canaries = testing.wait_for(caught, what="the watcher to report both canaries", timeout=60)
+            self.tally.canaries = testing.wait_for(caught, what="the watcher to report every canary", timeout=60)
         except waiting.WaitTimeoutError as blind:
             log.error("the watcher is blind: %s", blind)
+        finally:
+            self.api.delete(kube.path_of("v1", "pods", namespace=release.NAMESPACE, name="canary-claimless"))
+
+    def _drain_watcher(self) -> None:
+        """Move the pod watch past every deletion still waiting for it (a pod of our own is a write it must deliver),
+        then close the watcher's books: what it could not judge is counted as inconclusive."""
+        self.api.request(
+            "POST", kube.path_of("v1", "pods", namespace=self.canary_namespace), body=canary_pod("canary-tick")
+        )
+
+        def drained() -> bool:
+            with self.monitor.lock:
+                return not self.watcher.pending
+
+        try:
+            testing.wait_for(drained, what="the pod watch to pass every deletion", timeout=60)
+        except waiting.WaitTimeoutError as error:
+            log.error("%s", error)
+        with self.monitor.lock:
+            self.watcher.finish()
 
     def _seen_pod(self, namespace: str, name: str) -> bool:
         with self.monitor.lock:
@@ -326,6 +356,31 @@ class Run:
             self.api.delete(f"/api/v1/namespaces/{namespace}")
 
 
+def canary_pod(
+    name: str,
+    *,
+    node: str | None = None,
+    gpus: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    claim_template: str | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "app", "image": "busybox"}
+    if gpus is not None:
+        container["resources"] = {"limits": {keys.GPU_RESOURCE: gpus}}
+    spec: dict[str, Any] = {"containers": [container]}
+    if node is not None:
+        spec["nodeName"] = node
+    if claim_template is not None:
+        spec["resourceClaims"] = [{"name": "channel", "resourceClaimTemplateName": claim_template}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": spec,
+    }
+
+
 def workloads_domains(api: kube.Kube, namespace: str) -> list[kube.Object]:
     return api.list_objects(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
 
@@ -363,8 +418,16 @@ def unconverged(api: kube.Kube, run_id: str, namespaces: list[str]) -> list[str]
                 continue
             recorded = (meta.get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION)
             domain = domains.get(recorded or "")
-            if domain is None or (domain.get("status") or {}).get("status") != "Ready":
+            if domain is None or domain["metadata"].get("deletionTimestamp") or not invariants.managed(domain):
+                problems.append(f"{name}: its domain {recorded} is missing, going, or not mnnvl's")
+            elif (domain.get("status") or {}).get("status") != "Ready":
                 problems.append(f"{name}: its domain {recorded} is not Ready")
+            elif any(
+                claim.get("resourceClaimTemplateName") != domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+                for claim in spec.get("resourceClaims") or []
+                if claim.get("name") == keys.CHANNEL_CLAIM_NAME
+            ):
+                problems.append(f"{name}: its channel claim is not {recorded}'s")
             labels = meta.get("labels") or {}
             group = (
                 (scope, labels.get(keys.DS_SLICE_LABEL, "0"), labels.get(keys.DS_REVISION_LABEL, ""))
@@ -424,7 +487,7 @@ def report(run: Run, tally: Tally, faults_done: collections.Counter[str]) -> tup
     converged = "not within bound" if tally.converged_seconds is None else f"in {tally.converged_seconds:.0f}s"
     rows.append((CONVERGED, converged, 0 if tally.converged_seconds is not None else 1))
     rows.append((NOTHING_LEFT, f"{len(watcher.deleted)} deleted", len(tally.leaks)))
-    rows.append((CANARY_FOUND, f"{len(tally.canaries)} of 2 caught", 2 - len(tally.canaries)))
+    rows.append((CANARY_FOUND, f"{len(tally.canaries)} of {CANARIES} caught", CANARIES - len(tally.canaries)))
     width = max(len(r[0]) for r in rows)
     lines = [f"{'invariant':<{width}}  {'observed':>18}  violations"]
     lines += [f"{name:<{width}}  {seen:>18}  {count}" for name, seen, count in rows]
@@ -437,8 +500,11 @@ def report(run: Run, tally: Tally, faults_done: collections.Counter[str]) -> tup
     lines.append("faults: " + ", ".join(f"{k}={v}" for k, v in sorted(faults_done.items())))
     lines.append(
         f"domains: {len(watcher.created)} created, {len(watcher.deleted)} deleted; "
-        f"driver teardowns recorded as in use: {len(tally.in_use_teardowns)}; watch re-lists: {run.monitor.relists}"
+        f"driver teardowns recorded as in use: {len(tally.in_use_teardowns)}; watch re-lists: {run.monitor.relists}; "
+        f"deletions the watcher could not judge exactly: {len(watcher.inconclusive)}"
     )
+    restarted = ", ".join(f"{name}={count}" for name, count in sorted(run.restarted.items())) or "none"
+    lines.append(f"upstream components exited and started again (as a kubelet would): {restarted}")
     for violation in counted:
         lines.append(f"VIOLATION {violation.invariant} at revision {violation.moment}: {violation.detail}")
         lines.append(f"    objects: {', '.join(violation.objects)}")
@@ -451,7 +517,7 @@ def report(run: Run, tally: Tally, faults_done: collections.Counter[str]) -> tup
         + len(tally.plain_refusals)
         + len(tally.in_use_teardowns)
         + (tally.converged_seconds is None)
-        + (2 - len(tally.canaries))
+        + (CANARIES - len(tally.canaries))
     )
     lines.append(
         f"chaos: ops={operations} faults={sum(faults_done.values())} violations={violations} leaks={len(tally.leaks)}"

@@ -457,11 +457,22 @@ def _install_apis(api: kube.Kube, testbed: Testbed) -> None:
 
 
 def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, pathlib.Path], testbed: Testbed) -> None:
+    for name, command in _control_loop_commands(binaries, testbed).items():
+        supervisor.start(name, command)
+    for name in CONTROL_LOOPS:
+        supervisor.ensure_alive(name)
+
+
+#: The components a kubelet would restart when they exit (kube-scheduler exits on purpose when it finds its cache
+#: corrupted, e.g. after an API server restart), besides etcd and kube-apiserver.
+CONTROL_LOOPS = ("kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def _control_loop_commands(binaries: dict[str, pathlib.Path], testbed: Testbed) -> dict[str, list[str]]:
     kubeconfig = str(testbed.kubeconfig)
     pki_dir = testbed.state_dir / "pki"
-    supervisor.start(
-        "kube-controller-manager",
-        [
+    return {
+        "kube-controller-manager": [
             str(binaries["kube-controller-manager"]),
             f"--kubeconfig={kubeconfig}",
             "--leader-elect=false",
@@ -475,20 +486,14 @@ def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, p
             "--concurrent-gc-syncs=20",
             "--v=1",
         ],
-    )
-    supervisor.start(
-        "kube-scheduler",
-        [
+        "kube-scheduler": [
             str(binaries["kube-scheduler"]),
             f"--kubeconfig={kubeconfig}",
             "--leader-elect=false",
             "--secure-port=0",
             "--v=1",
         ],
-    )
-    supervisor.start(
-        "kwok",
-        [
+        "kwok": [
             str(binaries["kwok"]),
             f"--kubeconfig={kubeconfig}",
             f"--config={_kwok_stages(testbed)}",
@@ -498,9 +503,25 @@ def _start_control_loops(supervisor: processes.Supervisor, binaries: dict[str, p
             "--node-ip=10.0.0.1",
             "--node-lease-duration-seconds=40",
         ],
-    )
-    for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-        supervisor.ensure_alive(name)
+    }
+
+
+def restart_exited(testbed: Testbed) -> list[str]:
+    """Start again, as they were started, the components that exited (all but etcd and kube-apiserver, which
+    faults stop and start themselves): what a kubelet does for a crashed static pod or container. Returns their
+    names."""
+    supervisor = processes.Supervisor(testbed.state_dir)
+    binaries = building.ensure_binaries()
+    commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        name: (command, None) for name, command in _control_loop_commands(binaries, testbed).items()
+    }
+    commands["dra-simulator"] = simulator_command(testbed)
+    commands["lws-manager"] = _lws_command(binaries["lws-manager"], testbed)
+    restarted = [name for name in commands if not supervisor.alive(name)]
+    for name in restarted:
+        command, env = commands[name]
+        supervisor.start(name, command, env=env)
+    return restarted
 
 
 def _kwok_stages(testbed: Testbed) -> pathlib.Path:
@@ -563,11 +584,8 @@ def _start_lws(
             }
         )
     )
-    supervisor.start(
-        "lws-manager",
-        [str(binary), f"--config={config_file}", "--zap-log-level=2"],
-        env={"KUBECONFIG": str(testbed.kubeconfig)},
-    )
+    command, env = _lws_command(binary, testbed)
+    supervisor.start("lws-manager", command, env=env)
     _wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
     source = building.source_dir(versions.LWS_MANAGER) / "config" / "webhook" / "manifests.yaml"
     upstream = [document for document in yaml.safe_load_all(source.read_text()) if document]
@@ -576,6 +594,11 @@ def _start_lws(
         upstream, base_url=f"https://127.0.0.1:{testbed.ports['lws-webhook']}", ca_bundle=ca.cert.read_bytes()
     ):
         api.apply(configuration, configuration["kind"].lower() + "s")
+
+
+def _lws_command(binary: pathlib.Path, testbed: Testbed) -> tuple[list[str], dict[str, str]]:
+    config_file = testbed.state_dir / "lws" / "config.yaml"
+    return [str(binary), f"--config={config_file}", "--zap-log-level=2"], {"KUBECONFIG": str(testbed.kubeconfig)}
 
 
 def _wait_nodes_ready(supervisor: processes.Supervisor, api: kube.Kube, count: int) -> None:

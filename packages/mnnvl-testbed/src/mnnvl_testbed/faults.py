@@ -47,6 +47,8 @@ class Faults:
         self.supervisor = processes.Supervisor(testbed.state_dir)
         self.rng = random.Random(seed)
         self.done: Counter[str] = Counter()
+        #: Components of the control plane found exited and started again, by name.
+        self.restarted: Counter[str] = Counter()
         self.stopping = threading.Event()
         self._busy: set[str] = set()
         self._threads: list[threading.Thread] = []
@@ -68,8 +70,12 @@ class Faults:
         """Until `stopping`: start each fault when its turn comes."""
         start = time.monotonic()
         due = {fault.name: start + self.rng.uniform(5, fault.every) for fault in self.schedule}
+        kubelet_due = start
         while not self.stopping.wait(0.5):
             now = time.monotonic()
+            if now >= kubelet_due:
+                kubelet_due = now + 5
+                self.restart_exited()
             for fault in self.schedule:
                 if now >= due[fault.name]:
                     due[fault.name] = now + self.rng.uniform(0.5, 1.5) * fault.every
@@ -105,10 +111,22 @@ class Faults:
             thread.join(max(deadline - time.monotonic(), 0.1))
         for item in self.proxies.values():
             item.mode = proxy.PASS
+        self.restart_exited()
         for controller in REPLICATED:
             for replica in controllers.started_replicas(self.testbed, controller):
                 if not self.supervisor.alive(replica.name):
                     controllers.revive(self.testbed, controller, replica)
+
+    def restart_exited(self) -> None:
+        """What kubelets do: start again the control plane's components that exited."""
+        try:
+            restarted = cluster.restart_exited(self.testbed)
+        except processes.ComponentError as error:
+            log.warning("could not restart a component: %s", error)
+            return
+        for name in restarted:
+            log.warning("%s had exited: started again", name)
+            self.restarted[name] += 1
 
     # --- the faults -------------------------------------------------------------------------------------------
 

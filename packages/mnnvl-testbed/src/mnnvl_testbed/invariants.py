@@ -157,7 +157,10 @@ class _Deletion:
     namespace: str
     name: str
     template: str
+    #: The revision its deletion started at; when a watch gap hides it, the latest it can have started.
     moment: int
+    #: The earliest it can have started: `moment` when seen starting, the gap's start when a gap hid it.
+    since: int
 
 
 @dataclasses.dataclass
@@ -171,13 +174,22 @@ class Watcher:
     domains: dict[str, tuple[str, str, str, bool]] = dataclasses.field(default_factory=dict)
     #: uid → its controller owner's (kind, uid)
     owners: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
-    #: (plural, uid) → what a foreign object was when the run began, as `fingerprint` sees it
-    foreign: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: (plural, namespace, name) → the uid of a foreign object and what it was when the run began (`fingerprint`)
+    foreign: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    #: The namespaces judged (empty: all); pods and domains elsewhere (an earlier run's, draining) are not.
+    namespaces: frozenset[str] = frozenset()
     #: Finalizers others than mnnvl put on foreign objects by design (the driver's on every ComputeDomain).
     tolerated_finalizers: frozenset[str] = frozenset()
     #: How far the pod watch has delivered: deletions that started up to here can be judged.
     pods_seen_to: int = 0
     pending: list[_Deletion] = dataclasses.field(default_factory=list)
+    #: Pod watch gaps (from, to]: the revisions a re-list skipped, where the pod map is known only at both ends.
+    pod_gaps: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    #: Where the domain watch's current re-list began (its events between there and the list are lost).
+    domain_gap_from: int = 0
+    #: Deletions that could not be judged exactly: a pod referenced the domain before a watch gap and was gone
+    #: after it, or the pod watch never reached the deletion's revision.
+    inconclusive: list[str] = dataclasses.field(default_factory=list)
     #: Checks made per invariant, and managed domains seen created and deleted.
     checks: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     created: set[str] = dataclasses.field(default_factory=set)
@@ -187,7 +199,8 @@ class Watcher:
     # --- events -----------------------------------------------------------------------------------------------
 
     def watch_foreign(self, plural: str, body: Object) -> None:
-        self.foreign[(plural, str(body["metadata"]["uid"]))] = self.fingerprint(body)
+        meta = body["metadata"]
+        self.foreign[(plural, meta.get("namespace", ""), meta["name"])] = (str(meta["uid"]), self.fingerprint(body))
 
     def fingerprint(self, body: Object) -> dict[str, Any]:
         """What nobody but its owner may change on a foreign object: all but status and tolerated finalizers."""
@@ -201,25 +214,27 @@ class Watcher:
             "spec": body.get("spec"),
         }
 
-    def on_foreign(self, plural: str, body: Object) -> list[Violation]:
-        """Any event of a kind that holds foreign objects: a change to one of them is a violation."""
+    def on_foreign(self, plural: str, body: Object, event: str = "MODIFIED") -> list[Violation]:
+        """Any event of a kind that holds foreign objects: a change to one of them, its deletion or another object
+        made under its name is a violation."""
         meta = body["metadata"]
-        key = (plural, str(meta["uid"]))
+        key = (plural, meta.get("namespace", ""), meta["name"])
         if key not in self.foreign:
             return []
         self.checks[NOTHING_FOREIGN_WRITTEN] += 1
+        uid, was = self.foreign[key]
         now = self.fingerprint(body)
-        changed = sorted(part for part, value in now.items() if self.foreign[key][part] != value)
-        if not changed:
+        changed = sorted(part for part, value in now.items() if was[part] != value)
+        if event == "DELETED":
+            what = "it was deleted"
+        elif str(meta["uid"]) != uid:
+            what = "another object was made under its name"
+        elif changed:
+            what = f"its {', '.join(changed)} changed: {[(part, now[part]) for part in changed]}"
+        else:
             return []
-        found = self._violation(
-            NOTHING_FOREIGN_WRITTEN,
-            _version(body),
-            (f"{plural} {meta.get('namespace', '')}/{meta['name']}",),
-            f"its {', '.join(changed)} changed: {[(part, now[part]) for part in changed]}",
-        )
-        self.foreign[key] = now
-        return found
+        self.foreign[key] = (str(meta["uid"]), now)
+        return self._violation(NOTHING_FOREIGN_WRITTEN, _version(body), (f"{plural} {key[1]}/{key[2]}",), what)
 
     def on_owner(self, event: str, body: Object) -> list[Violation]:
         """A StatefulSet or LeaderWorkerSet event: remembers its controller owner (kept after deletion, as pods
@@ -232,11 +247,17 @@ class Watcher:
         waiting = [
             view
             for view in self._current_pods()
-            if view.owner == ("StatefulSet", meta["uid"]) or (view.scope == keys.SCOPE_SLICE and event == "ADDED")
+            if view.owner == ("StatefulSet", meta["uid"])
+            or (view.scope == keys.SCOPE_SLICE and event in ("ADDED", LISTED))
         ]
         return [violation for view in waiting for violation in self._group(view)]
 
+    def judged(self, meta: Object) -> bool:
+        return not self.namespaces or meta.get("namespace") in self.namespaces
+
     def on_pod(self, event: str, pod: Object) -> list[Violation]:
+        if not self.judged(pod["metadata"]):
+            return []
         uid = str(pod["metadata"]["uid"])
         moment = _version(pod)
         view = None if event == "DELETED" else pod_view(pod)
@@ -255,37 +276,48 @@ class Watcher:
                 )
         return found + self._group(view)
 
-    def relisted_pods(self, moment: int, present: Iterable[str]) -> list[Violation]:
-        """After a re-list at `moment` (the watch broke, events in between are lost): pods not `present` are gone."""
+    def relisted_pods(self, since: int, moment: int, present: Iterable[str]) -> list[Violation]:
+        """After a re-list at `moment` whose watch had delivered up to `since` (events in between are lost): pods
+        not `present` are gone, at some revision in the gap."""
         present = set(present)
         for uid, history in self.pods.items():
             if uid not in present and history[-1][1] is not None:
                 history.append((moment, None))
+        if since:
+            self.pod_gaps.append((since, moment))
         return self.progress(moment)
 
+    def relisting_domains(self, since: int) -> None:
+        """The domain watch broke after delivering up to `since`; a re-list follows."""
+        self.domain_gap_from = since
+
     def relisted_domains(self, moment: int, present: Iterable[str]) -> list[Violation]:
-        """After a re-list at `moment`: a domain not `present` went in the gap; its deletion is judged as starting at
-        the re-list (the latest it can have started), unless it was seen starting already."""
+        """After a re-list at `moment`: a domain not `present` went in the gap, its deletion starting somewhere in
+        it, unless it was seen starting already."""
         present = set(present)
         for uid, (namespace, name, template, deleting) in list(self.domains.items()):
             if uid not in present:
                 del self.domains[uid]
                 if not deleting:
-                    self.pending.append(_Deletion(namespace, name, template, moment))
+                    self.pending.append(_Deletion(namespace, name, template, moment, self.domain_gap_from))
         return self.progress(self.pods_seen_to)
 
     def on_domain(self, event: str, domain: Object) -> list[Violation]:
         meta = domain["metadata"]
+        if not self.judged(meta):
+            return self.on_foreign(keys.COMPUTE_DOMAIN_PLURAL, domain, event)
         uid = str(meta["uid"])
         namespace, name = str(meta.get("namespace", "")), str(meta["name"])
         was = self.domains.get(uid)
         deleting = bool(meta.get("deletionTimestamp")) or event == "DELETED"
-        found = self.on_foreign(keys.COMPUTE_DOMAIN_PLURAL, domain)
-        ours = managed(domain) and (keys.COMPUTE_DOMAIN_PLURAL, uid) not in self.foreign
+        found = self.on_foreign(keys.COMPUTE_DOMAIN_PLURAL, domain, event)
+        ours = managed(domain) and (keys.COMPUTE_DOMAIN_PLURAL, namespace, name) not in self.foreign
         if ours and was is None and not deleting and event == "ADDED":
             self.created.add(uid)
         if deleting and not (was is not None and was[3]):
-            self.pending.append(_Deletion(namespace, name, _template_of(domain), _version(domain)))
+            # Listed already deleting after a gap: its deletion started somewhere between the gap and this version.
+            since = self.domain_gap_from if event == LISTED else _version(domain)
+            self.pending.append(_Deletion(namespace, name, _template_of(domain), _version(domain), since))
             found += self.progress(self.pods_seen_to)
         if event == "DELETED":
             self.domains.pop(uid, None)
@@ -304,27 +336,41 @@ class Watcher:
         return [v for deletion in ready for v in self._judge(deletion)]
 
     def finish(self) -> list[Violation]:
-        """At the end of the run: judge the deletions still waiting for the pod watch, with what it delivered."""
-        return self.progress(max([self.pods_seen_to, *(d.moment for d in self.pending)]))
+        """At the end of the run: a deletion the pod watch never reached cannot be judged; it is inconclusive."""
+        self.inconclusive += [f"{d.namespace}/{d.name}: the pod watch never reached its deletion" for d in self.pending]
+        self.pending = []
+        return []
 
     # --- judgements -------------------------------------------------------------------------------------------
 
-    def users_at(self, moment: int, namespace: str, domain: str, template: str) -> list[str]:
-        users = []
-        for history in self.pods.values():
+    def users_at(self, moment: int, namespace: str, domain: str, template: str) -> dict[str, str]:
+        """uid → namespace/name of the pods referencing the domain at `moment`."""
+        users = {}
+        for uid, history in self.pods.items():
             then = _at(history, moment)
             if then is not None and then.namespace == namespace and then.references(domain, template):
-                users.append(f"{then.namespace}/{then.name}")
-        return sorted(users)
+                users[uid] = f"{then.namespace}/{then.name}"
+        return users
 
     def _judge(self, deletion: _Deletion) -> list[Violation]:
+        """Exactly, against the pods at its start; where a watch gap hides when it started or what the pods did,
+        against the pods that referenced it both before and after the gap (a pod cannot stop referencing a domain
+        and start again), the others counted as inconclusive."""
         self.checks[DELETED_UNDER_A_POD] += 1
-        users = self.users_at(deletion.moment, deletion.namespace, deletion.name, deletion.template)
+        start, end = deletion.since, deletion.moment
+        for gap_from, gap_to in self.pod_gaps:
+            if gap_from < end and gap_to >= start:
+                start, end = min(start, gap_from), max(end, gap_to)
+        before = self.users_at(start, deletion.namespace, deletion.name, deletion.template)
+        after = self.users_at(end, deletion.namespace, deletion.name, deletion.template) if end != start else before
+        users = sorted(name for uid, name in before.items() if uid in after)
+        if len(users) < len(before):
+            self.inconclusive.append(f"{deletion.namespace}/{deletion.name}: its users in a watch gap are unknown")
         if not users:
             return []
         return self._violation(
             DELETED_UNDER_A_POD,
-            deletion.moment,
+            end,
             (f"{deletion.namespace}/{deletion.name}", *users),
             f"deletion of {deletion.name} started while {', '.join(users)} referenced it",
         )
@@ -387,8 +433,14 @@ class Watcher:
         history.append((moment, view))
 
     def _violation(self, invariant: str, moment: int, objects: tuple[str, ...], detail: str) -> list[Violation]:
-        """Recorded once per invariant and set of objects: a pair of pods found again at a later event is one."""
-        if any(v.invariant == invariant and set(v.objects) == set(objects) for v in self.violations):
+        """Recorded once per invariant and set of objects (a pair of pods found again at a later event is one); a
+        foreign object's every distinct change counts."""
+        if any(
+            v.invariant == invariant
+            and set(v.objects) == set(objects)
+            and (invariant != NOTHING_FOREIGN_WRITTEN or v.detail == detail)
+            for v in self.violations
+        ):
             return []
         found = Violation(invariant=invariant, moment=moment, objects=objects, detail=detail)
         self.violations.append(found)

@@ -55,7 +55,7 @@ class Stream(threading.Thread):
         monitor: Monitor,
         on_event: Callable[[invariants.Watcher], Handler],
         *,
-        on_relist: Callable[[invariants.Watcher, int, set[str]], list[invariants.Violation]] | None = None,
+        on_relist: Callable[[invariants.Watcher, int, int, set[str]], list[invariants.Violation]] | None = None,
         on_progress: bool = False,
     ) -> None:
         super().__init__(name=f"watch {collection}", daemon=True)
@@ -71,6 +71,8 @@ class Stream(threading.Thread):
         self.stopping = threading.Event()
         self.listed = threading.Event()
         self.version = ""
+        #: The last resourceVersion delivered before the current re-list (0: the first list).
+        self.since = 0
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -78,7 +80,7 @@ class Stream(threading.Thread):
                 if not self.version:
                     self._list()
                 self._watch()
-            except (OSError, http.client.HTTPException, ValueError) as error:
+            except Exception as error:  # the watcher must outlive anything a broken stream raises
                 log.info("watch of %s broke (%s); resuming from %s", self.collection, error, self.version)
                 self.stopping.wait(0.5)
 
@@ -95,17 +97,22 @@ class Stream(threading.Thread):
         version = int(body["metadata"]["resourceVersion"])
         present = set()
         handle = self._on_event(self.monitor.watcher)
+        if self._on_relist is not None and self.since:
+            self.monitor.call(self._on_relist_start, self.since)
         for item in body["items"]:
             present.add(item["metadata"]["uid"])
             self.monitor.call(handle, invariants.LISTED, item)
         if self._on_relist is not None:
-            self.monitor.call(self._on_relist, self.monitor.watcher, version, present)
+            self.monitor.call(self._on_relist, self.monitor.watcher, self.since, version, present)
         self.version = str(version)
         self.listed.set()
 
     def _watch(self) -> None:
         query = {"watch": "1", "resourceVersion": self.version, "allowWatchBookmarks": "true", "timeoutSeconds": "60"}
         response = self._get(query, timeout=90)
+        if response.status == 410:  # the version is too old to resume from: events since are lost, re-list
+            self._expired()
+            return
         if response.status != 200:
             raise ValueError(f"watch {self.collection}: {response.status} {response.read()[:200]!r}")
         handle = self._on_event(self.monitor.watcher)
@@ -116,9 +123,8 @@ class Stream(threading.Thread):
             event = json.loads(line)
             kind, obj = event["type"], event["object"]
             if kind == "ERROR":
-                if obj.get("code") == 410:  # expired: events since are lost, re-list
-                    self.monitor.relists += 1
-                    self.version = ""
+                if obj.get("code") == 410:
+                    self._expired()
                 return
             self.version = str(obj["metadata"]["resourceVersion"])
             if kind == "BOOKMARK":
@@ -126,6 +132,16 @@ class Stream(threading.Thread):
                     self.monitor.call(self.monitor.watcher.progress, int(self.version))
                 continue
             self.monitor.call(handle, kind, obj)
+
+    def _expired(self) -> None:
+        self.monitor.relists += 1
+        self.since = int(self.version or 0)
+        self.version = ""
+
+    def _on_relist_start(self, since: int) -> list[invariants.Violation]:
+        if self.collection.endswith(keys.COMPUTE_DOMAIN_PLURAL):
+            self.monitor.watcher.relisting_domains(since)
+        return []
 
 
 def streams(testbed: cluster.Testbed, monitor: Monitor, *, topologies: bool) -> list[Stream]:
@@ -141,18 +157,25 @@ def streams(testbed: cluster.Testbed, monitor: Monitor, *, topologies: bool) -> 
         topology_path = f"/apis/{keys.KAI_TOPOLOGY_API_VERSION}/{keys.KAI_TOPOLOGY_PLURAL}"
         found.append(
             Stream(
-                testbed, topology_path, monitor, lambda w: lambda _, obj: w.on_foreign(keys.KAI_TOPOLOGY_PLURAL, obj)
+                testbed,
+                topology_path,
+                monitor,
+                lambda w: lambda event, obj: w.on_foreign(keys.KAI_TOPOLOGY_PLURAL, obj, event),
             )
         )
     return found
 
 
-def _domains_relisted(watcher: invariants.Watcher, version: int, present: set[str]) -> list[invariants.Violation]:
+def _domains_relisted(
+    watcher: invariants.Watcher, since: int, version: int, present: set[str]
+) -> list[invariants.Violation]:
     return watcher.relisted_domains(version, present)
 
 
-def _pods_relisted(watcher: invariants.Watcher, version: int, present: set[str]) -> list[invariants.Violation]:
-    return watcher.relisted_pods(version, present)
+def _pods_relisted(
+    watcher: invariants.Watcher, since: int, version: int, present: set[str]
+) -> list[invariants.Violation]:
+    return watcher.relisted_pods(since, version, present)
 
 
 @contextlib.contextmanager
