@@ -15,7 +15,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import building, cluster, manifests, testing, thirdparty, versions
+from mnnvl_testbed import building, cluster, manifests, processes, testing, thirdparty, versions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 DS_API = "disaggregatedset.x-k8s.io/v1"
@@ -261,3 +261,18 @@ def test_a_running_testbed_refuses_another_clique_size_and_stays_as_it_is(testbe
     )
     assert cluster.is_running(testbed.state_dir)
     assert cluster.Testbed.load(testbed.state_dir) == before
+
+
+def test_a_component_that_exits_is_started_again_as_a_kubelet_would(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed
+) -> None:
+    """kube-scheduler exits on purpose when it finds its cache corrupted (the chaos run's API server restarts
+    provoke it); the chaos run starts such components again, and scheduling goes on."""
+    supervisor = processes.Supervisor(testbed.state_dir)
+    assert supervisor.kill("kube-scheduler") is not None
+    assert not supervisor.alive("kube-scheduler")
+    assert cluster.restart_exited(testbed) == ["kube-scheduler"]
+    assert cluster.restart_exited(testbed) == []  # nothing else had exited, and it runs now
+    create(api, ns, "v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after"},
+                                   "spec": {"containers": [container("app")]}})  # fmt: skip
+    wait_running(api, ns, 1, "a pod scheduled by the restarted kube-scheduler")
