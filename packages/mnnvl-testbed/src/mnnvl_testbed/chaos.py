@@ -70,6 +70,19 @@ class Tally:
     teardowns: int = 0
     in_use_teardowns: list[str] = dataclasses.field(default_factory=list)
     canaries: list[str] = dataclasses.field(default_factory=list)
+    #: Names of the workloads seen never opted in, and of those seen opted in (now or before).
+    plain_names: set[str] = dataclasses.field(default_factory=set)
+    opted_in_names: set[str] = dataclasses.field(default_factory=set)
+
+    def observe(self, world: list[churn.Workload]) -> None:
+        for workload in world:
+            (self.plain_names if workload.never_opted_in else self.opted_in_names).add(workload.name)
+
+    def plain(self, object_name: str) -> bool:
+        """Whether `object_name` (a StatefulSet's) is of a workload that was never seen opted in."""
+        return any(
+            object_name == name or object_name.startswith(f"{name}-") for name in self.plain_names - self.opted_in_names
+        )
 
 
 class Run:
@@ -273,6 +286,7 @@ class Run:
                 self.tally.unavailable += 1
                 self.stopping.wait(1)
                 continue
+            self.tally.observe(world)
             operation = churn.next_operation(rng, world, serial, self.namespaces)
             self.tally.operations[operation.action] += 1
             if operation.plain:
@@ -344,7 +358,7 @@ class Run:
             ]
             for event in self.api.list_objects("v1", "events", namespace=ns, fieldSelector="reason=FailedCreate"):
                 involved = event["involvedObject"]["name"]
-                if ".mnnvl.dev" in event["message"] and (involved.startswith(("plain-", "gen-plain-"))):
+                if ".mnnvl.dev" in event["message"] and self.tally.plain(involved):
                     self.tally.plain_refusals.append(f"pods of {ns}/{involved}: {_message(event['message'])}")
 
     def _clean_up(self, foreign_topology: str) -> None:
