@@ -34,6 +34,26 @@ def test_stopping_a_component_ends_its_process(tmp_path: pathlib.Path) -> None:
     assert supervisor.names() == []
 
 
+def test_a_pid_file_is_never_seen_half_written(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chaos run reads pid files while it starts replicas again: each appears whole, by a rename."""
+    written: list[pathlib.Path] = []
+    write_text = pathlib.Path.write_text
+
+    def recording(path: pathlib.Path, *args: Any, **kwargs: Any) -> int:
+        written.append(path)
+        return write_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", recording)
+    supervisor = processes.Supervisor(tmp_path)
+    pid = supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        assert supervisor.pid("sleeper") == pid
+        assert supervisor.pids / "sleeper.pid" not in written
+        assert sorted(path.name for path in supervisor.pids.iterdir()) == ["sleeper.pid"]
+    finally:
+        supervisor.stop("sleeper")
+
+
 def test_a_wait_that_times_out_shows_the_state_last_seen() -> None:
     with pytest.raises(waiting.WaitTimeoutError, match=r"waiting for the impossible; last seen:\nstate 42"):
         waiting.wait_for(lambda: None, what="the impossible", timeout=0.3, interval=0.1, state=lambda: "state 42")

@@ -53,7 +53,11 @@ class Supervisor:
                 ],
                 setsid=True,
             )
-        (self.pids / f"{name}.pid").write_text(f"{pid} {command[0]}")
+        # Written aside and renamed into place: a reader (the chaos run's webhook stand-in asks which replicas are up
+        # while one is started again) must never see the file empty.
+        written = self.pids / f".{name}.pid.{pid}"
+        written.write_text(f"{pid} {command[0]}")
+        os.replace(written, self.pids / f"{name}.pid")
         return pid
 
     def log(self, name: str) -> pathlib.Path:
