@@ -552,11 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     # The outages are the point: the clients' retries during them are noise.
     for noisy in ("urllib3", "mnnvl_runtime.kube"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    started_on = commit()  # the code this process loaded, whatever is committed while it runs
     testbed = testing.topology_crds(testing.start_or_reuse(), TOPOLOGY_CRDS)
     run = Run(testbed, seed=seed, minutes=args.minutes, bound=args.bound)
     tally = run.execute()
     text, ok = report(run, tally, run.faults_done)
-    print(f"seed {seed}, run {run.run_id}, on {commit()}")
+    print(f"seed {seed}, run {run.run_id}, on {started_on}")
     print(text)
     return 0 if ok else 1
 
