@@ -23,6 +23,7 @@ from mnnvl_testbed.workloads import (
     ROUTING_PROXY,
     VLLM,
     create_foreign_domain,
+    domains,
     ds_manifest,
     generate_named,
     lws_manifest,
@@ -36,6 +37,7 @@ __all__ = [
     "ROUTING_PROXY",
     "VLLM",
     "create_foreign_domain",
+    "domains",
     "ds_manifest",
     "generate_named",
     "lws_manifest",
@@ -68,10 +70,6 @@ def rejection(call: Callable[[], object]) -> str:
 
 def lws_pods(api: kube.Kube, ns: str, name: str) -> list[kube.Object]:
     return testing.pods(api, ns, f"{keys.LWS_NAME_LABEL}={name}")
-
-
-def domains(api: kube.Kube, ns: str) -> dict[str, kube.Object]:
-    return {d["metadata"]["name"]: d for d in api.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns)}
 
 
 def domain_of(pod: kube.Object) -> str | None:

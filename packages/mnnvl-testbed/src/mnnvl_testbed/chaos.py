@@ -336,7 +336,7 @@ class Run:
             found = []
             for ns in self.namespaces:
                 found += [f"pod {ns}/{p['metadata']['name']}" for p in testing.pods(self.api, ns)]
-                for domain in workloads_domains(self.api, ns):
+                for domain in workloads.domains(self.api, ns).values():
                     if invariants.managed(domain) and not domain["metadata"]["name"].endswith("lookalike"):
                         state = "Terminating" if domain["metadata"].get("deletionTimestamp") else "left"
                         found.append(f"domain {ns}/{domain['metadata']['name']} ({state})")
@@ -395,19 +395,17 @@ def canary_pod(
     }
 
 
-def workloads_domains(api: kube.Kube, namespace: str) -> list[kube.Object]:
-    return api.list_objects(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=namespace)
-
-
 def unconverged(api: kube.Kube, run_id: str, namespaces: list[str]) -> list[str]:
     """What still keeps the churned workloads from their end state (empty: converged): every pod Running, bound and
     ungated; every workload with all its pods; every pod of an opted-in revision on a Ready domain of its own
     group, one domain per group."""
     problems: list[str] = []
+    pods_in = {namespace: testing.pods(api, namespace) for namespace in namespaces}
+    domains_in = {namespace: workloads.domains(api, namespace) for namespace in namespaces}
     for workload in churn.world(api, run_id):
         pods = [
             p
-            for p in testing.pods(api, workload.namespace)
+            for p in pods_in[workload.namespace]
             if (p["metadata"].get("labels") or {}).get(
                 keys.DS_NAME_LABEL if workload.kind == churn.DS else keys.LWS_NAME_LABEL
             )
@@ -416,7 +414,7 @@ def unconverged(api: kube.Kube, run_id: str, namespaces: list[str]) -> list[str]
         expected = workload.replicas * (churn.PODS_PER_SLICE if workload.kind == churn.DS else workload.size)
         if len(pods) != expected:
             problems.append(f"{workload.namespace}/{workload.name}: {len(pods)} pods of {expected}")
-        domains = {d["metadata"]["name"]: d for d in workloads_domains(api, workload.namespace)}
+        domains = domains_in[workload.namespace]
         groups: dict[tuple[str, ...], set[str]] = collections.defaultdict(set)
         for pod in pods:
             meta, spec = pod["metadata"], pod["spec"]
@@ -455,7 +453,7 @@ def unconverged(api: kube.Kube, run_id: str, namespaces: list[str]) -> list[str]
             if len(d) > 1
         ]
     for namespace in namespaces:
-        for pod in testing.pods(api, namespace):
+        for pod in pods_in[namespace]:
             if pod["spec"].get("schedulingGates") and not any(
                 p.endswith(f"/{pod['metadata']['name']}: gated") for p in problems
             ):

@@ -121,3 +121,8 @@ def create_foreign_domain(api: kube.Kube, ns: str, name: str, labels: dict[str, 
             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
         },
     )
+
+
+def domains(api: kube.Kube, ns: str) -> dict[str, kube.Object]:
+    """The ComputeDomains of a namespace, by name."""
+    return {d["metadata"]["name"]: d for d in api.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns)}
