@@ -740,6 +740,14 @@ GUARDS: tuple[Guard, ...] = (
         suite=(REPLICA_ADMISSION,),
     ),
     Guard(
+        name="worker-of-an-unstamped-leader-waits",
+        keeps="no opted-in pod runs without its claim: a stamped worker of a leader made without the scope waits",
+        path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
+        find='if ((leader.get("metadata") or {}).get("labels") or {}).get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA:',
+        replace="if False:",
+        suite=(REPLICA_ADMISSION,),
+    ),
+    Guard(
         name="worker-leader-uid",
         keeps="one group, one domain: a worker binds to the current incarnation of its leader only",
         path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",

@@ -119,3 +119,19 @@ def test_a_leader_that_records_nothing_and_holds_no_claim_gives_its_worker_nothi
     unmanaged = leader()
     del unmanaged["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]
     assert bind(worker(), unmanaged, statefulset()) is None
+
+
+def test_a_leader_made_from_a_template_that_had_not_opted_in_admits_no_worker_that_has() -> None:
+    """Upstream LWS v0.10.0 builds a group's workers from the current template: while an opt-in rolls out, a leader
+    recreated from the old revision gets stamped workers. They wait for the rollout rather than run without the
+    channel they were stamped for."""
+    unstamped = leader()
+    del unstamped["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]
+    del unstamped["metadata"]["labels"][keys.SCOPE_LABEL]
+    binding = bind(worker(), unstamped, statefulset())
+    assert isinstance(binding, decisions.Retry)
+    assert binding.message == (
+        'leader pod "deepseek-r1-0" was made from a template of LeaderWorkerSet "deepseek-r1" that had not opted in, '
+        "this pod from one that has (upstream builds the workers from the current template); it is created once the "
+        "rolling update replaces the leader"
+    )

@@ -13,7 +13,8 @@ independently of the webhook's code:
   and with its claim template;
 - every GPU container of a pod admitted onto a domain holds that domain's channel claim;
 - a worker joins exactly the domain its current, live leader was given (one group, one domain), and nothing when
-  that leader was given none;
+  that leader, stamped for the replica scope, was given none; a leader made without the scope admits no worker
+  (the worker carries the scope and would run without its channel);
 - a leader of an opted-in LeaderWorkerSet (or of a revision upstream recorded stamped) gets a domain of its group;
 - a leader of a LeaderWorkerSet that did not opt in is never refused.
 """
@@ -71,8 +72,12 @@ def lws_body(opt_in: str | None) -> Object:
     return {"metadata": {"name": LWS, "namespace": NS, "annotations": annotations}}
 
 
-def pod_body(name: str, *, spec: Object, record: str | None, claim: str | None, revision: str | None) -> Object:
-    labels = {keys.LWS_NAME_LABEL: LWS, keys.SCOPE_LABEL: keys.SCOPE_REPLICA}
+def pod_body(
+    name: str, *, spec: Object, record: str | None, claim: str | None, revision: str | None, scoped: bool = True
+) -> Object:
+    labels = {keys.LWS_NAME_LABEL: LWS}
+    if scoped:
+        labels[keys.SCOPE_LABEL] = keys.SCOPE_REPLICA
     if revision is not None:
         labels[keys.LWS_TEMPLATE_REVISION_HASH_LABEL] = revision
     annotations = {keys.LWS_LEADER_NAME_ANNOTATION: LEADER}
@@ -145,7 +150,9 @@ def build_group(world: World, data: st.DataObject) -> None:
             "none": None,
         }[holds]
         spec = data.draw(mostly(pods.deepseek_worker_spec(), pods.cpu_leader_spec()), label="leader's spec")
-        body = pod_body(LEADER, spec=spec, record=record, claim=claim, revision=None)
+        # A leader made from a template without the scope (upstream builds its workers from the current one).
+        scoped = data.draw(mostly(True, False), label="leader stamped for the replica scope")
+        body = pod_body(LEADER, spec=spec, record=record, claim=claim, revision=None, scoped=scoped)
         body["status"] = {
             "phase": data.draw(mostly("Running", "Pending", "Succeeded", "Failed"), label="leader's phase")
         }
@@ -227,8 +234,9 @@ def opted_in_now(api: MemoryApi, pod: Object) -> bool:
 
 
 def current_leader_domain(api: MemoryApi, worker: Object) -> tuple[bool, str | None]:
-    """(whether the worker's leader is its current live incarnation, as upstream ties them by uid, and the domain
-    that leader was given: its record when it is a name of group 0 and agrees with the claim it holds)."""
+    """(whether the worker may join its leader: the leader is its current live incarnation, as upstream ties them by
+    uid, and was stamped for the replica scope or was given a domain; and the domain that leader was given: its
+    record when it is a name of group 0 and agrees with the claim it holds)."""
     leader = api.peek("pods", NS, LEADER)
     if leader is None or leader["metadata"].get("deletionTimestamp"):
         return False, None
@@ -246,7 +254,7 @@ def current_leader_domain(api: MemoryApi, worker: Object) -> tuple[bool, str | N
     claims = leader["spec"].get("resourceClaims") or []
     held = claims[0]["resourceClaimTemplateName"] if claims else None
     if record is None and held is None:
-        return True, None
+        return keys.SCOPE_LABEL in leader["metadata"]["labels"], None
     if record in OWN_DOMAINS and held in (None, names.claim_template_name(record)):
         return True, record
     return False, None
@@ -290,7 +298,7 @@ def test_the_replica_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObj
             assert re.fullmatch(f"{LWS}-0-[a-z0-9]{{5}}", domain_name), f"a leader joins {domain_name}, not its group's"
     else:
         current, given_domain = current_leader_domain(api, pod)
-        assert current, "a worker was admitted though its leader is not its current live incarnation"
+        assert current, "a worker was admitted though its leader is not its current live, stamped incarnation"
         assert domain_name == given_domain, (
             f"a worker joins {domain_name}, its leader was given {given_domain}: one group, two domains"
         )

@@ -236,10 +236,24 @@ def leader_domain(leader: Mapping[str, Any], worker: PodPosition) -> str | Retry
     group (as the leader's own admission checks, `recorded_name_errors`) that agrees with the channel claim the
     leader holds. The annotation can be edited after admission; the claim cannot. A leader whose record was
     changed admits no worker: the worker would join a domain its group does not use. None: the leader records
-    no domain and holds no channel claim (it started while the gate was off)."""
+    no domain and holds no channel claim (it started while the gate was off).
+
+    A leader made from a template without the replica scope (its LeaderWorkerSet had not opted in at its revision)
+    admits no worker that carries the scope: the worker would run without the channel it was stamped for. Upstream
+    LWS v0.10.0 builds a group's worker StatefulSet from the LeaderWorkerSet's current template, not the leader's
+    revision, so such a pair appears when a leader is recreated while an opt-in rolls out; the rollout replaces
+    that leader, and its workers are created then."""
     recorded = references.recorded_domain(leader)
     held = references.channel_claim_template(leader)
     if recorded is None and held is None:
+        if ((leader.get("metadata") or {}).get("labels") or {}).get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA:
+            return Retry(
+                message=(
+                    f'leader pod "{worker.leader}" was made from a template of LeaderWorkerSet "{worker.lws}" that '
+                    "had not opted in, this pod from one that has (upstream builds the workers from the current "
+                    "template); it is created once the rolling update replaces the leader"
+                )
+            )
         return None
     as_admitted = PodPosition(lws=worker.lws, group=worker.group, pod=worker.leader, leader=worker.leader)
     if (
