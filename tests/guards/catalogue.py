@@ -748,6 +748,14 @@ GUARDS: tuple[Guard, ...] = (
         suite=(REPLICA_ADMISSION,),
     ),
     Guard(
+        name="worker-of-a-leader-without-domain-waits-when-opted-in",
+        keeps="no opted-in pod runs without its claim: a worker whose leader has no domain runs alone only unopted",
+        path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
+        find="if binding is None and await _opted_in(client, stores, namespace, position.lws, _revision_of(worker)):",
+        replace="if False:",
+        suite=(REPLICA_ADMISSION,),
+    ),
+    Guard(
         name="worker-leader-uid",
         keeps="one group, one domain: a worker binds to the current incarnation of its leader only",
         path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",

@@ -151,6 +151,38 @@ def test_a_leader_whose_record_was_edited_after_admission_cannot_steer_its_worke
     assert f'leader pod "deepseek-r1-0" ({recorded or "missing"})' in str(refused.value)
 
 
+def group_of_a_leader_without_domain(api: MemoryApi) -> dict[str, Any]:
+    """Group 0 whose leader records no domain and holds no claim (admitted while the gate was off, or while its
+    LeaderWorkerSet was not opted in); the worker to admit, of revision "old"."""
+    worker = running_group(api, recorded=None)
+    api.update("pods", "serving", "deepseek-r1-0", lambda leader: leader["spec"].pop("resourceClaims"))
+    worker["metadata"]["labels"][keys.LWS_TEMPLATE_REVISION_HASH_LABEL] = "old"
+    return worker
+
+
+def test_a_worker_of_a_leader_without_domain_runs_alone_only_while_its_workload_has_not_opted_in() -> None:
+    api = api_with(build.lws())
+    admitted = admit(api, state.Stores(), group_of_a_leader_without_domain(api))
+    assert (admitted.patch, admitted.errors, admitted.gated) == ([], [], False)
+
+
+@pytest.mark.parametrize("how", ["the-leaderworkerset-opted-in", "upstream-recorded-its-revision-stamped"])
+def test_a_worker_of_a_leader_without_domain_waits_when_its_workload_opted_in(how: str) -> None:
+    """It would run without the claim it was stamped for (a group begun while the gate was off, or a leader upstream
+    made from a template that had not opted in while its workers came from one that had)."""
+    if how == "the-leaderworkerset-opted-in":
+        api = api_with(build.opted_in())
+    else:
+        api, uid = opted_out()
+        api.put("controllerrevisions", stamped_revision("old", uid=uid), manager="lws-manager")
+    with pytest.raises(kopf.AdmissionError) as refused:
+        admit(api, state.Stores(), group_of_a_leader_without_domain(api))
+    assert str(refused.value).startswith(
+        'leader pod "deepseek-r1-0" has no ComputeDomain while LeaderWorkerSet "deepseek-r1" is opted in; it is '
+        "created once the leader is replaced"
+    )
+
+
 def opted_out() -> tuple[MemoryApi, str]:
     """An LWS that opted out (a new, unstamped revision "new" rolls), and its uid; upstream recorded "new"."""
     api = api_with(build.lws())

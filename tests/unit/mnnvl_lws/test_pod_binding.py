@@ -115,16 +115,17 @@ def test_a_leader_without_a_claim_steers_its_worker_only_to_a_domain_name_of_the
 
 
 def test_a_leader_that_records_nothing_and_holds_no_claim_gives_its_worker_nothing() -> None:
-    """It started while the gate was off: its workers run as it does, without the channel."""
+    """It started while the gate was off: its workers run as it does, without the channel, unless their workload
+    opted in (the webhook's shell refuses them then: `test_pod_admission.py`)."""
     unmanaged = leader()
     del unmanaged["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]
     assert bind(worker(), unmanaged, statefulset()) is None
 
 
 def test_a_leader_made_from_a_template_that_had_not_opted_in_admits_no_worker_that_has() -> None:
-    """Upstream LWS v0.10.0 builds a group's workers from the current template: while an opt-in rolls out, a leader
-    recreated from the old revision gets stamped workers. They wait for the rollout rather than run without the
-    channel they were stamped for."""
+    """Upstream LWS v0.10.0 may remake a missing ControllerRevision from the live, opted-in spec under an unstamped
+    leader's hash, and build that leader's workers from it. They wait for the leader to be replaced rather than run
+    without the channel they were stamped for."""
     unstamped = leader()
     del unstamped["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]
     del unstamped["metadata"]["labels"][keys.SCOPE_LABEL]
@@ -132,6 +133,7 @@ def test_a_leader_made_from_a_template_that_had_not_opted_in_admits_no_worker_th
     assert isinstance(binding, decisions.Retry)
     assert binding.message == (
         'leader pod "deepseek-r1-0" was made from a template of LeaderWorkerSet "deepseek-r1" that had not opted in, '
-        "this pod from one that has (upstream builds the workers from the current template); it is created once the "
-        "rolling update replaces the leader"
+        "this pod from one that has; it is created once the leader is replaced (the leader StatefulSet rolls it to "
+        "the current template unless a rollout partition holds it; lower the partition or delete the leader pod to "
+        "restart the group)"
     )

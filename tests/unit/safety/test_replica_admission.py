@@ -13,8 +13,9 @@ independently of the webhook's code:
   and with its claim template;
 - every GPU container of a pod admitted onto a domain holds that domain's channel claim;
 - a worker joins exactly the domain its current, live leader was given (one group, one domain), and nothing when
-  that leader, stamped for the replica scope, was given none; a leader made without the scope admits no worker
-  (the worker carries the scope and would run without its channel);
+  that leader, stamped for the replica scope, was given none and the workload has not opted in (now, or at the
+  worker's revision); a leader made without the scope admits no worker (the worker carries the scope and would run
+  without its channel);
 - a leader of an opted-in LeaderWorkerSet (or of a revision upstream recorded stamped) gets a domain of its group;
 - a leader of a LeaderWorkerSet that did not opt in is never refused.
 """
@@ -301,6 +302,9 @@ def test_the_replica_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObj
         assert current, "a worker was admitted though its leader is not its current live, stamped incarnation"
         assert domain_name == given_domain, (
             f"a worker joins {domain_name}, its leader was given {given_domain}: one group, two domains"
+        )
+        assert not (domain_name is None and opted_in_now(api, pod)), (
+            "a worker of an opted-in workload was admitted without a domain (its leader has none)"
         )
     event(
         f"{role} admitted {'onto a domain, ' + ('gated' if account.gated else 'at once') if domain_name else 'alone'}"

@@ -93,7 +93,7 @@ async def admit_pod(
     namespace = pod["metadata"].get("namespace", "")
     if position.is_leader and not await _opted_in(client, stores, namespace, position.lws, _revision_of(pod)):
         return injection.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
-    domain = None if position.is_leader else await _leader_domain(client, namespace, pod, position)
+    domain = None if position.is_leader else await _leader_domain(client, stores, namespace, pod, position)
     found = decisions.recorded_name_errors(pod, position, domain)
     if found:
         raise admission.reject(found)
@@ -149,13 +149,17 @@ async def _revision_opted_in(client: kube.Api, stores: state.Stores, lws: dict[s
 
 
 async def _leader_domain(
-    client: kube.Api, namespace: str, worker: dict[str, Any], position: decisions.PodPosition
+    client: kube.Api, stores: state.Stores, namespace: str, worker: dict[str, Any], position: decisions.PodPosition
 ) -> str | None:
     """The domain of the worker's current leader incarnation: its StatefulSet and the leader pod it names."""
     owner = ownership.controller_reference(worker["metadata"], "StatefulSet")
     statefulset = await client.aget("apps/v1", "statefulsets", owner["name"], namespace=namespace) if owner else None
     leader = await client.aget("v1", "pods", position.leader, namespace=namespace)
     binding = decisions.worker_binding(worker, position, leader, statefulset)
+    if binding is None and await _opted_in(client, stores, namespace, position.lws, _revision_of(worker)):
+        # Its leader has no domain, yet the worker's workload opted in (now, or at its revision): run alone, it
+        # would lack the claim it was stamped for.
+        binding = decisions.leader_without_domain(position)
     if isinstance(binding, decisions.Retry):
         raise admission.retry(binding.message)
     return binding

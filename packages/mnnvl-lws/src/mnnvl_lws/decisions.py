@@ -238,11 +238,10 @@ def leader_domain(leader: Mapping[str, Any], worker: PodPosition) -> str | Retry
     changed admits no worker: the worker would join a domain its group does not use. None: the leader records
     no domain and holds no channel claim (it started while the gate was off).
 
-    A leader made from a template without the replica scope (its LeaderWorkerSet had not opted in at its revision)
-    admits no worker that carries the scope: the worker would run without the channel it was stamped for. Upstream
-    LWS v0.10.0 builds a group's worker StatefulSet from the LeaderWorkerSet's current template, not the leader's
-    revision, so such a pair appears when a leader is recreated while an opt-in rolls out; the rollout replaces
-    that leader, and its workers are created then."""
+    A leader made from a template without the replica scope admits no worker that carries the scope: the worker
+    would run without the channel it was stamped for. Upstream LWS v0.10.0 builds a group's workers from the
+    ControllerRevision under the leader's hash, and when that revision is missing it makes it again from the
+    *live* spec under the old hash: after an opt-in, an unstamped leader then gets stamped workers."""
     recorded = references.recorded_domain(leader)
     held = references.channel_claim_template(leader)
     if recorded is None and held is None:
@@ -250,8 +249,7 @@ def leader_domain(leader: Mapping[str, Any], worker: PodPosition) -> str | Retry
             return Retry(
                 message=(
                     f'leader pod "{worker.leader}" was made from a template of LeaderWorkerSet "{worker.lws}" that '
-                    "had not opted in, this pod from one that has (upstream builds the workers from the current "
-                    "template); it is created once the rolling update replaces the leader"
+                    f"had not opted in, this pod from one that has; {_RESTART_THE_GROUP}"
                 )
             )
         return None
@@ -271,6 +269,24 @@ def leader_domain(leader: Mapping[str, Any], worker: PodPosition) -> str | Retry
             )
         )
     return recorded
+
+
+_RESTART_THE_GROUP = (
+    "it is created once the leader is replaced (the leader StatefulSet rolls it to the current template unless a "
+    "rollout partition holds it; lower the partition or delete the leader pod to restart the group)"
+)
+
+
+def leader_without_domain(worker: PodPosition) -> Retry:
+    """A worker whose workload opted in (now, or at its revision) and whose leader has no domain (it was admitted
+    while the gate was off, or while its LeaderWorkerSet was not opted in): it waits rather than run without the
+    claim it was stamped for."""
+    return Retry(
+        message=(
+            f'leader pod "{worker.leader}" has no ComputeDomain while LeaderWorkerSet "{worker.lws}" is opted in; '
+            f"{_RESTART_THE_GROUP}"
+        )
+    )
 
 
 def recorded_name_errors(
@@ -310,7 +326,8 @@ def admit_pod(
 
     `domain` is the pod's domain if already known: recorded on the pod itself (a reinvocation), or, for a
     worker, its leader's. A leader without one gets a fresh domain for this incarnation (`new_token`).
-    A worker whose leader has no domain (it started while the gate was off) gets nothing, like its leader.
+    A worker whose leader has no domain gets nothing, like its leader (the shell has refused it when its workload
+    opted in: `leader_without_domain`).
     """
     position = pod_position(pod)
     if isinstance(position, errors.FieldError):
