@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import pathlib
+import socket
 import sys
 import uuid
 from typing import Any
@@ -149,3 +150,23 @@ def test_a_pid_file_naming_another_program_is_never_signalled(tmp_path: pathlib.
     assert supervisor.owned_pid("sleeper") == pid
     supervisor.stop("sleeper")
     assert not supervisor.alive("sleeper")
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "expected"),
+    [((32768, 60999), range(20480, 32768)), ((1024, 60000), range(60001, 65536)), ((6000, 9000), range(1024, 6000))],
+)
+def test_ports_for_components_are_picked_outside_the_range_outgoing_connections_take_theirs_from(
+    ephemeral: tuple[int, int], expected: range
+) -> None:
+    assert processes.listening_ports(ephemeral) == expected
+
+
+def test_a_free_port_is_free_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    low, high = (int(part) for part in processes.EPHEMERAL_RANGE.read_text().split())
+    ports = [processes.free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert not any(low <= port <= high for port in ports)
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+            server.bind(("127.0.0.1", port))

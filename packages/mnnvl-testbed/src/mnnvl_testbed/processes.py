@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import random
 import shutil
 import signal
 import socket
+import threading
 import time
 
 
@@ -15,11 +17,47 @@ class ComponentError(RuntimeError):
     """A component failed to start or become ready; the message names it and shows the tail of its log."""
 
 
+#: The kernel's range for the local ports of outgoing connections (Linux' default when it cannot be read).
+EPHEMERAL_RANGE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+_handing_out = threading.Lock()
+
+
+def listening_ports(ephemeral: tuple[int, int]) -> range:
+    """Where `free_port` picks: below the ephemeral range (above it when there is no room below)."""
+    low, high = ephemeral
+    if low - 1024 >= 4096:
+        return range(max(1024, low - 12288), low)
+    return range(high + 1, 65536)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = EPHEMERAL_RANGE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port nothing listens on now, for a component to bind soon after.
+
+    Picked outside the kernel's ephemeral range: a port the kernel hands out (as `bind(0)` would) can be taken
+    by any outgoing connection before the component binds it. Never the same port twice from one process."""
+    candidates = listening_ports(_ephemeral_range())
+    with _handing_out:
+        for _ in range(1000):
+            port = random.choice(candidates)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    raise ComponentError(f"no free port in {candidates.start}-{candidates.stop - 1}")
 
 
 def log_tail(log: pathlib.Path, lines: int = 25) -> str:
