@@ -143,7 +143,7 @@ def in_build_context(path: str) -> bool:
         ("requirements/install", True),
         ("packages/mnnvl-runtime/src/mnnvl_runtime/operator.py", True),
         ("packages/mnnvl-testbed/src/mnnvl_testbed/cluster.py", False),
-        ("packages/mnnvl-lws/src/mnnvl_lws/__pycache__/handlers.cpython-311.pyc", False),
+        ("packages/mnnvl-lws/src/mnnvl_lws/__pycache__/scope.cpython-311.pyc", False),
         ("tests/unit/test_lock.py", False),
         (".tox/unit/bin/python", False),
         (".git/HEAD", False),

@@ -293,7 +293,7 @@ def snapshot(
             raise ValueError(f"LeaderWorkerSet {facts.name} is not of {DS}")
     return planner.Snapshot(
         namespace=NS,
-        ds_name=DS,
+        workload_name=DS,
         workload=None if gone else (workload_ or workload()),
         children=children,
         pods=pods_,

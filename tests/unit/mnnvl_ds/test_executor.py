@@ -13,8 +13,9 @@ import pytest
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains as facts
 from mnnvl_api.decisions import plans
-from mnnvl_ds import executor, planner
-from mnnvl_runtime import domains
+from mnnvl_ds import planner, scope
+from mnnvl_ds.retries import UpstreamRetries
+from mnnvl_runtime import domains, scopes
 
 from ..safety.memory_api import MemoryApi
 from . import build
@@ -26,8 +27,8 @@ def run(api: MemoryApi, snapshot: planner.Snapshot, plan: plans.Plan) -> float |
     writer = domains.DomainWriter(
         api.client(keys.DS_CONTROLLER), component=keys.DS_CONTROLLER, scope=keys.SCOPE_SLICE, fence_seconds=0
     )
-    retries = executor.UpstreamRetries(api.client(keys.DS_CONTROLLER), may_write=lambda: True)
-    return asyncio.run(executor.Executor(writer, retries).apply(snapshot, plan))
+    asking = UpstreamRetries(api.client(keys.DS_CONTROLLER), may_write=lambda: True)
+    return asyncio.run(scopes.ScopeExecutor(scope.SCOPE, writer, asking).apply(snapshot, plan))
 
 
 def stored(api: MemoryApi, name: str) -> dict[str, Any] | None:
@@ -98,7 +99,7 @@ def requested(api: MemoryApi) -> str | None:
 
 class Retries:
     def __init__(self, api: MemoryApi, *, may_write: bool = True) -> None:
-        self.retries = executor.UpstreamRetries(
+        self.retries = UpstreamRetries(
             api.client(keys.DS_CONTROLLER), may_write=lambda: may_write, now=lambda: ASKED_AT
         )
 
@@ -156,10 +157,10 @@ def test_the_sets_a_foreign_domain_held_back_are_known_by_its_name_so_its_deleti
         workload_=build.workload(uid=created["metadata"]["uid"], slices=3),
     )
     retries.after(held)
-    assert retries.retries.held_by(build.NS, foreign.name) == [(build.NS, build.DS)]
-    assert retries.retries.held_by("elsewhere", foreign.name) == []
+    assert retries.retries.on_domain_deleted(build.NS, foreign.name) == [(build.NS, build.DS)]
+    assert retries.retries.on_domain_deleted("elsewhere", foreign.name) == []
     version = api.get(keys.DS_PLURAL, build.NS, build.DS)["metadata"]["resourceVersion"]  # type: ignore[index]
     freed = dataclasses.replace(held, domains={n: d for n, d in held.domains.items() if n != foreign.name})
     retries.after(freed)  # asked this term already, but the slice is free now
     assert api.get(keys.DS_PLURAL, build.NS, build.DS)["metadata"]["resourceVersion"] != version  # type: ignore[index]
-    assert retries.retries.held_by(build.NS, foreign.name) == []
+    assert retries.retries.on_domain_deleted(build.NS, foreign.name) == []

@@ -47,7 +47,7 @@ def test_mnnvl_ds_has_its_own_configurations_named_after_it() -> None:
 
 
 def test_every_webhook_path_is_a_handler_of_this_controller() -> None:
-    importlib.import_module("mnnvl_ds.admission")  # registers the webhook handlers
+    importlib.import_module("mnnvl_ds.scope")  # registers the webhook handlers
     handlers = {handler.id for handler in state.registry._webhooks.get_all_handlers()}
     for webhook in webhooks_by_name().values():
         assert webhook["clientConfig"]["url"].rpartition("/")[2] in handlers

@@ -217,7 +217,7 @@ def snapshot(
     by_name = {d.name: d for d in domains_}
     return planner.Snapshot(
         namespace="serving",
-        lws_name="deepseek-r1",
+        workload_name="deepseek-r1",
         workload=None if gone else (workload_ or workload()),
         pods=pods_,
         domains=by_name,

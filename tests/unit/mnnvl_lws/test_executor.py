@@ -10,8 +10,8 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import plans
-from mnnvl_lws import executor, planner
-from mnnvl_runtime import domains, executing, kube
+from mnnvl_lws import planner, scope
+from mnnvl_runtime import domains, executing, kube, scopes
 
 from ..mnnvl_runtime import fakes
 from ..safety.memory_api import MemoryApi
@@ -24,7 +24,7 @@ WORKLOAD = planner.Workload(namespace=NS, name=LWS, uid="uid-dsr1")
 def snapshot() -> planner.Snapshot:
     return planner.Snapshot(
         namespace=NS,
-        lws_name=LWS,
+        workload_name=LWS,
         workload=WORKLOAD,
         pods=(),
         domains={},
@@ -103,7 +103,7 @@ def test_domains_are_created_together_then_pods_are_ungated_together() -> None:
     writer.hold = {f"create {LWS}-{g}-bbbbb": creates for g in range(3)} | {f"ungate {p}": ungates for p in "ab"}
     plan = plans.Plan(create=tuple(to_create(g) for g in range(3)), ungate=pods("a", "b"))
 
-    assert asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan))) is None
+    assert asyncio.run(fakes.within(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(snapshot(), plan))) is None
 
     creating = [i for i, line in enumerate(writer.journal) if line.endswith("bbbbb") and "create" in line]
     ungating = [i for i, line in enumerate(writer.journal) if line.startswith(("start ungate", "end ungate"))]
@@ -131,7 +131,7 @@ def test_the_event_of_a_create_does_not_hold_up_the_ungates_and_is_posted_within
     writer.ungate = ungate_then_release  # type: ignore[method-assign]
     plan = plans.Plan(create=(to_create(0),), ungate=pods("a"))
 
-    asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan)))
+    asyncio.run(fakes.within(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(snapshot(), plan)))
 
     assert writer.journal[:2] == [f"start create {LWS}-0-bbbbb", f"end create {LWS}-0-bbbbb"]
     assert writer.journal.index("ungate a") < writer.journal.index(f"end event {LWS}-0-bbbbb")
@@ -143,7 +143,7 @@ def test_a_failing_ungate_leaves_the_others_to_finish_and_then_fails_the_pass() 
     plan = plans.Plan(ungate=pods("a", "b", "c"))
 
     with pytest.raises(kube.ApiError):
-        asyncio.run(fakes.within(executor.Executor(writer).apply(snapshot(), plan)))
+        asyncio.run(fakes.within(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(snapshot(), plan)))
 
     assert sorted(line for line in writer.journal if line.startswith("end")) == ["end ungate a", "end ungate c"]
 
@@ -162,7 +162,7 @@ def test_cancelling_a_pass_cancels_its_running_writes_and_events() -> None:
 
         writer.hold = {f"event {LWS}-0-bbbbb": never, "ungate a": Forever(), "ungate b": Forever()}
         plan = plans.Plan(create=(to_create(0),), ungate=pods("a", "b"))
-        applying = asyncio.create_task(executor.Executor(writer).apply(snapshot(), plan))
+        applying = asyncio.create_task(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(snapshot(), plan))
         await both_ungating.all_here.wait()
         applying.cancel()
         await asyncio.gather(applying, return_exceptions=True)

@@ -9,6 +9,7 @@ import jsonpatch
 import pytest
 
 from mnnvl_api import keys, names
+from mnnvl_api.decisions import domains
 from mnnvl_lws import decisions, planner, state
 
 from . import build
@@ -97,17 +98,28 @@ def test_a_domain_whose_claim_a_live_pod_of_another_workload_holds_is_in_use_and
     assert planner.plan(snapshot).delete == ()
 
 
+def ready(snapshot: planner.Snapshot, domain: str) -> bool:
+    """Whether the planner takes `domain` for ready, from the snapshot the stores give it."""
+    assert snapshot.workload is not None
+    return domains.is_ready(
+        snapshot.domains.get(domain),
+        owner_uid=snapshot.workload.uid,
+        manager=planner.MANAGER,
+        template_exists=names.claim_template_name(domain) in snapshot.existing_templates,
+    )
+
+
 def test_only_claim_templates_that_exist_count_and_readiness_needs_one() -> None:
     stores = fed(D_NEW)
     stores.pod_mirror.observe(leader("new", D_NEW), deleted=False)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
     assert snapshot.existing_templates == frozenset()
-    assert not stores.domain_ready("serving", D_NEW, "deepseek-r1")
+    assert not ready(snapshot, D_NEW)
     stores.template_mirror.observe(template(names.claim_template_name(D_NEW)), deleted=False)
     stores.template_mirror.observe(template("unrelated-channel"), deleted=False)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
     assert snapshot.existing_templates == frozenset({names.claim_template_name(D_NEW)})
-    assert stores.domain_ready("serving", D_NEW, "deepseek-r1")
+    assert ready(snapshot, D_NEW)
 
 
 def test_events_of_a_domain_and_its_template_queue_every_workload_that_uses_it() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import kopf
 import pytest
 
-from mnnvl_runtime import operator
+from mnnvl_runtime import controller
 
 from . import fakes
 
@@ -32,7 +32,7 @@ async def cancelled() -> None:
 def test_the_probe_passes_while_every_loop_runs() -> None:
     async def scenario() -> dict[str, int]:
         tasks = [asyncio.create_task(forever(), name=f"loop-{n}") for n in range(2)]
-        verdict = operator.check_tasks_running(tasks)
+        verdict = controller.check_tasks_running(tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -59,7 +59,7 @@ def test_the_probe_fails_naming_a_loop_that_ended(
         ended = asyncio.create_task(ending(), name="reconcile-X")
         await fakes.within(asyncio.wait({ended}))
         with pytest.raises(kopf.PermanentError) as failure:
-            operator.check_tasks_running([running, ended])
+            controller.check_tasks_running([running, ended])
         assert str(failure.value) == message
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
@@ -70,8 +70,8 @@ def test_the_probe_fails_naming_a_loop_that_ended(
 def test_registered_tasks_are_the_ones_the_probe_checks() -> None:
     async def scenario() -> None:
         task = asyncio.create_task(forever(), name="watched")
-        operator.watch_tasks(task)
-        assert task in operator.watched_tasks()
+        controller.watch_tasks(task)
+        assert task in controller.watched_tasks()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 

@@ -6,10 +6,10 @@ import kopf
 import pytest
 
 from mnnvl_api import keys, models
-from mnnvl_ds import handlers as ds_handlers
+from mnnvl_ds import scope as ds_scope
 from mnnvl_guardian import handlers as guardian_handlers
-from mnnvl_lws import handlers as lws_handlers
-from mnnvl_runtime import identity, operator
+from mnnvl_lws import scope as lws_scope
+from mnnvl_runtime import controller, identity, operator
 
 PODS = kopf.Resource("", "v1", "pods", kind="Pod", namespaced=True)
 COMPUTE_DOMAINS = kopf.Resource(
@@ -20,7 +20,7 @@ CONTROLLER_REVISIONS = kopf.Resource("apps", "v1", "controllerrevisions", kind="
 MANAGED = f"{keys.MANAGED_BY_LABEL} in ({keys.DS_CONTROLLER},{keys.LWS_CONTROLLER})"
 
 
-def watch_selectors(selectors: operator.WatchSelectors) -> kopf.OperatorSettings:
+def watch_selectors(selectors: controller.WatchSelectors) -> kopf.OperatorSettings:
     return operator.kopf_settings(
         identity.Identity(keys.LWS_CONTROLLER),
         models.Configuration(),
@@ -33,24 +33,26 @@ def watch_selectors(selectors: operator.WatchSelectors) -> kopf.OperatorSettings
 @pytest.mark.parametrize(
     ("selectors", "resource", "expected"),
     [
-        pytest.param(lws_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="lws-pods"),
-        pytest.param(lws_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [], id="lws-sees-every-domain"),
-        pytest.param(lws_handlers.WATCH_SELECTORS, LEADER_WORKER_SETS, [], id="lws-workloads"),
+        pytest.param(lws_scope.CONTROLLER.watch_selectors, PODS, [keys.SCOPE_LABEL], id="lws-pods"),
+        pytest.param(lws_scope.CONTROLLER.watch_selectors, COMPUTE_DOMAINS, [], id="lws-sees-every-domain"),
+        pytest.param(lws_scope.CONTROLLER.watch_selectors, LEADER_WORKER_SETS, [], id="lws-workloads"),
         pytest.param(
-            lws_handlers.WATCH_SELECTORS,
+            lws_scope.CONTROLLER.watch_selectors,
             CONTROLLER_REVISIONS,
             [keys.LWS_TEMPLATE_REVISION_HASH_LABEL],
             id="lws-template-revisions",
         ),
-        pytest.param(ds_handlers.WATCH_SELECTORS, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], id="ds-pods"),
-        pytest.param(ds_handlers.WATCH_SELECTORS, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], id="ds-children"),
-        pytest.param(ds_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [], id="ds-sees-every-domain"),
+        pytest.param(
+            ds_scope.CONTROLLER.watch_selectors, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], id="ds-pods"
+        ),
+        pytest.param(ds_scope.CONTROLLER.watch_selectors, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], id="ds-children"),
+        pytest.param(ds_scope.CONTROLLER.watch_selectors, COMPUTE_DOMAINS, [], id="ds-sees-every-domain"),
         pytest.param(guardian_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="guardian-pods"),
         pytest.param(guardian_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [MANAGED], id="guardian-managed-domains"),
     ],
 )
 def test_the_api_server_filters_what_each_controller_watches(
-    selectors: operator.WatchSelectors, resource: kopf.Resource, expected: list[str]
+    selectors: controller.WatchSelectors, resource: kopf.Resource, expected: list[str]
 ) -> None:
     """The selectors reach kopf's watch requests for exactly the resources they name."""
     assert watch_selectors(selectors).watching.label_selectors.collect(resource) == expected

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from mnnvl_runtime import leases, metrics, operator, workqueue
+from mnnvl_runtime import controller, leases, metrics, workqueue
 
 from . import fakes
 from .test_leases import elector, leading, stepped_down, stop
@@ -220,8 +220,8 @@ def test_the_queue_loops_are_watched_by_the_liveness_probe() -> None:
     async def scenario() -> None:
         queue = workqueue.WorkQueue(sole_leader(), _forgetful, kind="Watched")
         tasks = queue.start(lambda: [], every=3600, then=lambda: None)
-        assert set(tasks) <= set(operator.watched_tasks())
-        assert operator.check_tasks_running(tasks) == {"running": 2}
+        assert set(tasks) <= set(controller.watched_tasks())
+        assert controller.check_tasks_running(tasks) == {"running": 2}
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from mnnvl_api import keys, models
 from mnnvl_api.models import configuration
-from mnnvl_runtime import identity, kube, leases, operator, settings
+from mnnvl_runtime import controller, identity, kube, leases, settings
 from mnnvl_topology import executor, planner, state
 
 Object = dict[str, Any]
@@ -178,7 +178,7 @@ def executor_over(
     document: Object = {"topologies": topologies or [{"name": name, "levels": levels} for name in names]}
     if installation is not None:
         document["installation"] = installation
-    context = operator.Context(
+    context = controller.Context(
         identity=identity.Identity(keys.TOPOLOGY_CONTROLLER),
         process=settings.ProcessSettings(namespace="mnnvl-system"),
         configuration=models.Configuration.model_validate(document),

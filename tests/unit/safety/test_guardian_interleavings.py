@@ -62,7 +62,7 @@ from hypothesis.stateful import initialize, invariant, rule
 from mnnvl_api import keys, models, names
 from mnnvl_api.models import configuration
 from mnnvl_guardian import admission, handlers, state
-from mnnvl_runtime import domains, identity, kube, leases, operator
+from mnnvl_runtime import controller, domains, identity, kube, leases
 from mnnvl_runtime import settings as process_settings
 from mnnvl_runtime.stores import NamespacedName
 
@@ -316,7 +316,7 @@ class GuardianModel(ControllerMachine[state.Stores, Process]):
             }
         )
         elector = Elector(may_write=may_write, term=writer.term)
-        context = operator.Context(
+        context = controller.Context(
             identity=identity.Identity(keys.GUARDIAN_CONTROLLER),
             process=process_settings.ProcessSettings.model_construct(),
             configuration=settings_,

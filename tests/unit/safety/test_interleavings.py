@@ -33,7 +33,8 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import opt_in, references
-from mnnvl_lws import admission, decisions, executor, planner, state
+from mnnvl_lws import admission, decisions, planner, scope, state
+from mnnvl_runtime import scopes
 
 from . import settings
 from .harness import (
@@ -89,13 +90,13 @@ def template_hash(template: Object) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
 
 
-class ReplicaScope(ScopeMachine[state.Stores, executor.Executor]):
+class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapshot]]):
     def __init__(self) -> None:
         super().__init__(
             component=keys.LWS_CONTROLLER,
             scope=keys.SCOPE_REPLICA,
             new_stores=state.Stores,
-            new_executor=lambda writer, client, may_write, stores: executor.Executor(writer),
+            new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(scope.SCOPE, writer, None),
             plan=plan_of,
         )
         self.tokens = (

@@ -55,7 +55,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mnnvl_api import models
-from mnnvl_runtime import identity, kube, leases, operator, reconciling, settings, stores
+from mnnvl_runtime import controller, identity, kube, leases, reconciling, settings, stores
 
 from ..mnnvl_runtime import fakes
 from . import lease_api
@@ -227,7 +227,7 @@ class LeaseInterleavings(RuleBasedStateMachine):
             timing=self.timing,
             clock=self.clock,
         )
-        context = operator.Context(
+        context = controller.Context(
             identity=identity.Identity(LEASE),
             process=PROCESS,
             configuration=self.configuration,

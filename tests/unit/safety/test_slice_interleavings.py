@@ -30,7 +30,9 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import opt_in, references
-from mnnvl_ds import admission, decisions, executor, planner, state
+from mnnvl_ds import admission, decisions, planner, scope, state
+from mnnvl_ds.retries import UpstreamRetries
+from mnnvl_runtime import scopes
 
 from . import settings
 from .harness import (
@@ -88,14 +90,14 @@ def plan_of(stores: state.Stores, key: tuple[str, str]) -> tuple[planner.Snapsho
     return snapshot, planner.plan(snapshot)
 
 
-class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
+class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapshot]]):
     def __init__(self) -> None:
         super().__init__(
             component=keys.DS_CONTROLLER,
             scope=keys.SCOPE_SLICE,
             new_stores=state.Stores,
-            new_executor=lambda writer, client, may_write, stores: executor.Executor(
-                writer, executor.UpstreamRetries(client, may_write=may_write)
+            new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(
+                scope.SCOPE, writer, UpstreamRetries(client, may_write=may_write)
             ),
             plan=plan_of,
         )
@@ -111,7 +113,9 @@ class SliceScope(ScopeMachine[state.Stores, executor.Executor]):
 
     def on_lease_change(self, replica: Any, leading: bool) -> None:
         super().on_lease_change(replica, leading)
-        replica.executor.retries.on_lease_change(leading)
+        follow_up = replica.executor.follow_up
+        assert follow_up is not None
+        follow_up.on_lease_change(leading)
 
     # --- DisaggregatedSets, through the real webhooks --------------------------------------------------------
 

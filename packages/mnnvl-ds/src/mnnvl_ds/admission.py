@@ -8,18 +8,16 @@ Webhooks have no side effects: they never write to the API.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import kopf
 
 from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, enrollment, injection, ownership
-from mnnvl_runtime import admission, kube, operator
+from mnnvl_runtime import admission, controller, kube
 
 from . import decisions, planner, state
 
-log = logging.getLogger(__name__)
 DS = (keys.DS_GROUP, keys.DS_VERSION, keys.DS_PLURAL)
 LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 
@@ -32,7 +30,7 @@ def mutate_disaggregatedset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwa
         "mutate-disaggregatedset",
         kwargs.get("operation"),
         patch,
-        lambda: decisions.ds_patch(dict(body), AVAILABILITY.environment(operator.context_of(memo))),
+        lambda: decisions.ds_patch(dict(body), AVAILABILITY.environment(controller.context_of(memo))),
     )
 
 
@@ -42,7 +40,7 @@ def validate_disaggregatedset(body: kopf.Body, memo: Any, warnings: list[str], *
 
     def check() -> tuple[list[errors.FieldError], list[str]]:
         ds = dict(body)
-        env = AVAILABILITY.environment(operator.context_of(memo))
+        env = AVAILABILITY.environment(controller.context_of(memo))
         found = decisions.ds_errors(ds, dict(old) if old else None, env)
         return found, decisions.ds_warnings(ds)
 
@@ -57,7 +55,7 @@ async def validate_leaderworkerset(body: kopf.Body, memo: Any, **kwargs: Any) ->
     with admission.measured("validate-leaderworkerset", operation):
         if operation not in ("CREATE", "UPDATE"):
             return
-        context = operator.context_of(memo)
+        context = controller.context_of(memo)
         found = await child_errors(
             context.client, dict(body), dict(old) if old else None, gate_enabled=context.gate_enabled
         )
@@ -93,32 +91,9 @@ async def child_errors(
     )
 
 
-admission.register_domain_identity(state.registry, planner.MANAGER)
-
-
-# async: it reads the watch stores, which only the event loop thread may touch.
-@kopf.on.mutate("pods", id="mutate-pod", registry=state.registry)
-async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-    operation: str | None = kwargs.get("operation")
-    with admission.measured("mutate-pod", operation) as outcome:
-        context = operator.context_of(memo)
-        if operation != "CREATE":
-            return
-        pod = dict(body)
-        admitted = await admit_pod(context.client, state.STORES, pod, gate_enabled=context.gate_enabled)
-        if admitted.patch:
-            patch.fns.append(admission.transform(admitted.patch))
-            outcome.result = "patched"
-            log.info(
-                "pod admitted",
-                extra={
-                    "namespace": pod["metadata"].get("namespace", ""),
-                    "pod": pod["metadata"].get("name"),
-                    "compute_domain": admitted.domain,
-                    "containers": list(admitted.targets),
-                    "gated": admitted.gated,
-                },
-            )
+async def admit(context: controller.Context, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
+    """The pod webhook's answer (`mnnvl_runtime.scopes`)."""
+    return await admit_pod(context.client, stores, pod, gate_enabled=context.gate_enabled)
 
 
 async def admit_pod(

@@ -31,15 +31,10 @@ SliceRevision = tuple[int, str]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload:
-    """The DisaggregatedSet, as far as its domains are concerned."""
+class Workload(plans.WorkloadFacts):
+    """The DisaggregatedSet, as far as its domains are concerned. `opted_in`: some role is enrolled in slice
+    ComputeDomains, by the set's annotation or its own."""
 
-    namespace: str
-    name: str
-    uid: str
-    deleting: bool = False
-    #: Some role is enrolled in slice ComputeDomains, by the set's annotation or its own.
-    opted_in: bool = True
     #: `spec.slices`: slices 0 to slices - 1 exist, or are to be created.
     slices: int = 1
 
@@ -65,19 +60,11 @@ PodFacts = plans.PodFacts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Snapshot:
-    namespace: str
-    ds_name: str
-    workload: Workload | None  # None once the DisaggregatedSet is gone
+class Snapshot(plans.ScopeSnapshot[Workload, PodFacts]):
+    """`domains`: every domain of this DisaggregatedSet's name (ours or not), the domains named for its slices
+    and revisions, and those its pods record."""
+
     children: tuple[Child, ...]
-    pods: tuple[PodFacts, ...]
-    #: Every domain of this DisaggregatedSet's name (ours or not), the domains named for its slices and
-    #: revisions, and those its pods record, by name.
-    domains: dict[str, domains.DomainFacts]
-    existing_templates: frozenset[str]
-    templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
-    domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
-    gate_enabled: bool
 
 
 def domain_name(ds_name: str, position: SliceRevision) -> str:
@@ -85,14 +72,13 @@ def domain_name(ds_name: str, position: SliceRevision) -> str:
 
 
 def domain_labels(workload: Workload, position: SliceRevision) -> dict[str, str]:
-    return {
-        keys.OWNER_UID_LABEL: workload.uid,
-        keys.MANAGED_BY_LABEL: MANAGER,
-        keys.SCOPE_LABEL: keys.SCOPE_SLICE,
-        keys.WORKLOAD_NAME_LABEL: workload.name,
-        keys.SLICE_LABEL: str(position[0]),
-        keys.REVISION_LABEL: position[1],
-    }
+    slice_index, revision = position
+    return plans.domain_labels(
+        workload,
+        manager=MANAGER,
+        scope=keys.SCOPE_SLICE,
+        position={keys.SLICE_LABEL: str(slice_index), keys.REVISION_LABEL: revision},
+    )
 
 
 def position_of(domain: domains.DomainFacts) -> SliceRevision | None:
@@ -103,18 +89,13 @@ def position_of(domain: domains.DomainFacts) -> SliceRevision | None:
 
 
 def is_ours(domain: domains.DomainFacts, ds_name: str) -> bool:
-    """Created by mnnvl-ds for a (slice, revision) of the DisaggregatedSet of this name (any incarnation of it):
-    the API server records us as the creator, and the name is exactly what the slice scope derives from the
-    domain's labels."""
+    """Created by mnnvl-ds for a (slice, revision) of the DisaggregatedSet of this name (`plans.made_by`), and the
+    name is exactly what the slice scope derives from the domain's position labels."""
     position = position_of(domain)
     return (
-        domain.managed_by == MANAGER
-        and domain.created_by == MANAGER
-        and domain.owner_uid is not None
-        and domain.workload == ds_name
+        plans.made_by(domain, manager=MANAGER, workload_name=ds_name)
         and position is not None
         and domain.name == domain_name(ds_name, position)
-        and domain.claim_template == names.claim_template_name(domain.name)
     )
 
 
@@ -136,7 +117,7 @@ def known_revisions(snapshot: Snapshot) -> set[str]:
     return {child.revision for child in snapshot.children} | {
         domain.revision
         for domain in snapshot.domains.values()
-        if domain.revision and domain.workload == snapshot.ds_name
+        if domain.revision and domain.workload == snapshot.workload_name
     }
 
 
@@ -168,7 +149,7 @@ def held_back(snapshot: Snapshot) -> list[tuple[SliceRevision, domains.DomainFac
         return []
     held = []
     for position in [*sorted(active_positions(snapshot)), *sorted(blocked_positions(snapshot))]:
-        found = snapshot.domains.get(domain_name(snapshot.ds_name, position))
+        found = snapshot.domains.get(domain_name(snapshot.workload_name, position))
         if found is not None and not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
             held.append((position, found))
     return held
@@ -205,7 +186,7 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     ready: set[str] = set()
     if workload is not None:
         for position in sorted(active):
-            name = domain_name(snapshot.ds_name, position)
+            name = domain_name(snapshot.workload_name, position)
             found = snapshot.domains.get(name)
             if found is None:
                 # Active positions are stamped children of this set: one of a revision enrolled before the set
@@ -224,13 +205,6 @@ def plan(snapshot: Snapshot) -> plans.Plan:
             warnings += plans.pods_without_claim(
                 snapshot.pods, kind=keys.DS_KIND, workload=workload.name, controller=MANAGER
             )
-    ungate = tuple(
-        plans.PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
-        for p in snapshot.pods
-        if p.gated and not p.terminal and not p.deleting and p.domain in ready
-    )
-    # Whatever a live pod records stays: a domain is never deleted under a pod.
-    recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
     remaining = {(child.owner_uid, child.slice, child.revision) for child in snapshot.children}
 
     def wanted(found: domains.DomainFacts) -> bool:
@@ -238,29 +212,18 @@ def plan(snapshot: Snapshot) -> plans.Plan:
         current = workload is not None and workload.uid == found.owner_uid
         return current and served is not None and (found.owner_uid, *served) in remaining
 
-    retired = plans.retire(
-        (found for found in snapshot.domains.values() if is_ours(found, snapshot.ds_name)),
+    return plans.scope_plan(
+        snapshot,
+        create=create,
+        ungate=plans.releasable(snapshot.pods, ready),
+        warnings=warnings,
+        ours=lambda found: is_ours(found, snapshot.workload_name),
         wanted=wanted,
-        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,
-    )
-    return plans.Plan(
-        create=tuple(create),
-        ungate=ungate,
-        delete=retired.delete,
-        uncondemn=retired.uncondemn,
-        release=retired.release,
-        warnings=tuple(warnings),
     )
 
 
 def _to_create(workload: Workload, position: SliceRevision) -> plans.DomainToCreate:
-    name = domain_name(workload.name, position)
-    return plans.DomainToCreate(
-        name=name,
-        namespace=workload.namespace,
-        claim_template=names.claim_template_name(name),
-        labels=domain_labels(workload, position),
-    )
+    return plans.to_create(workload, domain_name(workload.name, position), domain_labels(workload, position))
 
 
 def _foreign(workload: Workload, position: SliceRevision, found: domains.DomainFacts) -> plans.Warning:

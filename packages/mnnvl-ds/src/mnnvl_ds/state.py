@@ -25,70 +25,37 @@ LWS_SELECTOR = keys.DS_NAME_LABEL
 
 
 @dataclasses.dataclass
-class Stores(stores.ScopeStores):
+class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
     manager = planner.MANAGER
-    #: (namespace, DisaggregatedSet name) → its slice-scope pods
-    pods: indexes.Index[NamespacedName, planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
-    #: (namespace, DisaggregatedSet name) → the DisaggregatedSet
-    workloads: indexes.Index[NamespacedName, planner.Workload] = dataclasses.field(default_factory=indexes.Index)
+    pod_resource = stores.Resource(api_version="v1", plural="pods", label_selector=POD_SELECTOR)
+    workload_resource = stores.Resource(api_version=keys.DS_API_VERSION, plural=keys.DS_PLURAL)
     #: (namespace, DisaggregatedSet name) → the LeaderWorkerSets it controls
     children: indexes.Index[NamespacedName, planner.Child] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, LeaderWorkerSet name) → the same, by the child's own name (pod admission asks by it)
     children_by_name: indexes.Index[NamespacedName, planner.Child] = dataclasses.field(default_factory=indexes.Index)
 
     def __post_init__(self) -> None:
-        self.pod_mirror = stores.Mirror(
-            stores.Resource(api_version="v1", plural="pods", label_selector=POD_SELECTOR), self.apply_pod
-        )
-        self.workload_mirror = stores.Mirror(
-            stores.Resource(api_version=keys.DS_API_VERSION, plural=keys.DS_PLURAL), self.apply_workload
-        )
+        super().__post_init__()
         self.child_mirror = stores.Mirror(
             stores.Resource(api_version=keys.LWS_API_VERSION, plural=keys.LWS_PLURAL, label_selector=LWS_SELECTOR),
             self.apply_child,
         )
-        self.domain_mirror = stores.Mirror(
-            stores.Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=keys.COMPUTE_DOMAIN_PLURAL),
-            self.apply_domain,
-        )
-        self.template_mirror = stores.Mirror(
-            stores.Resource(api_version="resource.k8s.io/v1", plural="resourceclaimtemplates"), self.apply_template
-        )
 
-    @property
-    def mirrors(self) -> list[stores.Mirror[NamespacedName]]:
-        return [self.pod_mirror, self.workload_mirror, self.child_mirror, self.domain_mirror, self.template_mirror]
+    def more_mirrors(self) -> list[stores.Mirror[NamespacedName]]:
+        return [self.child_mirror]
 
-    # --- feeding (through the mirrors: watch events and fresh lists) ---------------------------------------
+    def more_keys(self) -> set[NamespacedName]:
+        return set(self.children.groups())
 
-    def apply_pod(self, uid: str, pod: Mapping[str, Any] | None) -> list[NamespacedName]:
-        """Index a slice-scope pod (None: its deletion); returns the (namespace, DisaggregatedSet) it belongs to."""
-        before = self.pods.groups_of(uid)
-        self.shared.apply_pod(uid, pod)
-        self.pods.drop(uid)
-        self.domain_users.drop(uid)
-        if pod is None:
-            return list(before)
-        meta = pod["metadata"]
-        labels = meta.get("labels") or {}
+    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, planner.PodFacts] | None:
+        labels = pod["metadata"].get("labels") or {}
         ds = labels.get(keys.DS_NAME_LABEL)
         if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_SLICE or not ds:
-            return list(before)
-        namespace = meta.get("namespace", "")
-        facts = plans.pod_facts(pod)
-        self.pods.put(uid, {(namespace, ds): facts})
-        self.domain_users.put(uid, {(namespace, facts.domain): ds} if facts.domain else {})
-        return sorted({*before, (namespace, ds)})
+            return None
+        return ds, plans.pod_facts(pod)
 
-    def apply_workload(self, uid: str, ds: Mapping[str, Any] | None) -> list[NamespacedName]:
-        before = self.workloads.groups_of(uid)
-        facts = None if ds is None else workload_facts(ds)
-        if ds is None or facts is None:
-            self.workloads.drop(uid)
-            return list(before)
-        key = (facts.namespace, facts.name)
-        self.workloads.put(uid, {key: facts}, version=indexes.version_of(ds))
-        return sorted({*before, key})
+    def workload_of(self, body: Mapping[str, Any]) -> planner.Workload | None:
+        return workload_facts(body)
 
     def apply_child(self, uid: str, lws: Mapping[str, Any] | None) -> list[NamespacedName]:
         """Index a LeaderWorkerSet a DisaggregatedSet controls; returns that DisaggregatedSet's key."""
@@ -106,33 +73,24 @@ class Stores(stores.ScopeStores):
 
     # --- reading -------------------------------------------------------------------------------------------
 
-    def workload(self, namespace: str, name: str) -> planner.Workload | None:
-        return self.workloads.newest((namespace, name))
-
     def child(self, namespace: str, name: str) -> planner.Child | None:
         return self.children_by_name.newest((namespace, name))
 
     def snapshot(self, namespace: str, ds: str, *, gate_enabled: bool) -> planner.Snapshot:
-        pods = tuple(self.pods.get((namespace, ds)).values())
+        pods = self.scope_pods(namespace, ds)
         children = tuple(self.children.get((namespace, ds)).values())
-        found = {
-            facts.name: self.shared.domain(namespace, facts.name) or facts
-            for facts in self.shared.domains_of(namespace, ds)
-        }
         workload = self.workload(namespace, ds)
         slices = range(workload.slices if workload is not None else 0)
-        revisions = {child.revision for child in children} | {f.revision for f in found.values() if f.revision}
+        made = self.domains_for(namespace, ds, also=())
+        revisions = {child.revision for child in children} | {f.revision for f in made.values() if f.revision}
         positions = {(child.slice, child.revision) for child in children} | {(s, r) for s in slices for r in revisions}
         wanted = {planner.domain_name(ds, position) for position in positions}
         wanted |= {pod.domain for pod in pods if pod.domain}
-        for name in wanted - found.keys():
-            known = self.shared.domain(namespace, name)
-            if known is not None:
-                found[name] = known
+        found = self.domains_for(namespace, ds, also=sorted(wanted))
         usage = self.usage(namespace, found, wanted)
         return planner.Snapshot(
             namespace=namespace,
-            ds_name=ds,
+            workload_name=ds,
             workload=workload,
             children=children,
             pods=pods,
@@ -141,19 +99,6 @@ class Stores(stores.ScopeStores):
             templates_in_use=usage.templates_in_use,
             domains_recorded=usage.domains_recorded,
             gate_enabled=gate_enabled,
-        )
-
-    def gated_pods(self) -> int:
-        return sum(1 for key in self.pods.groups() for pod in self.pods.get(key).values() if pod.gated)
-
-    def workload_keys(self) -> list[NamespacedName]:
-        """Every DisaggregatedSet this controller may have work for: known objects, their LeaderWorkerSets and
-        pods, their domains."""
-        return sorted(
-            set(self.workloads.groups())
-            | set(self.children.groups())
-            | set(self.pods.groups())
-            | self.managed_workloads()
         )
 
 

@@ -26,7 +26,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains, references
 from mnnvl_api.models import configuration
-from mnnvl_runtime import admission, kube, operator
+from mnnvl_runtime import admission, controller, kube
 from mnnvl_runtime import domains as writing
 
 from . import planner, state, telemetry
@@ -48,7 +48,7 @@ VERIFIED_PODS: Final = 16
     registry=state.registry,
 )
 async def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
-    context = operator.context_of(memo)
+    context = controller.context_of(memo)
     with admission.measured("validate-computedomain-delete", kwargs.get("operation")):
         if context.configuration.compute_domain.deletion_protection is not configuration.DeletionProtection.DENY:
             return

@@ -8,24 +8,18 @@ from typing import Any
 
 import kopf
 
-from mnnvl_api import keys
 from mnnvl_api.decisions import domains as facts
-from mnnvl_runtime import operator, reconciling
+from mnnvl_runtime import controller, reconciling, watches
 
 from . import executor, planner, state, telemetry
 
-RESYNC_SECONDS = 30.0
-WATCH_SELECTORS: operator.WatchSelectors = {
-    "pods": state.POD_SELECTOR,
-    (keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL): state.DOMAIN_SELECTOR,
-}
 STORES = state.Stores()
 
 
 class Guardian:
     """Decides and acts on one managed domain at a time."""
 
-    def __init__(self, context: operator.Context, stores_: state.Stores) -> None:
+    def __init__(self, context: controller.Context, stores_: state.Stores) -> None:
         self.context = context
         self.stores = stores_
         self.loop: reconciling.Reconciling[state.NamespacedName] = reconciling.Reconciling(
@@ -67,27 +61,13 @@ def guardian() -> Guardian:
 @kopf.on.startup(registry=state.registry, id="start-guardian")
 async def start(memo: Any, **_: Any) -> None:
     global _guardian  # noqa: PLW0603 - one guardian per process, created once kopf runs
-    _guardian = Guardian(operator.context_of(memo), STORES)
-    memo["tasks"] = _guardian.loop.start(STORES.domain_keys, every=RESYNC_SECONDS, then=_guardian.publish_gauges)
+    _guardian = Guardian(controller.context_of(memo), STORES)
+    every = _guardian.context.configuration.reconciliation.resync_seconds
+    memo["tasks"] = _guardian.loop.start(STORES.domain_keys, every=every, then=_guardian.publish_gauges)
     memo["deny_reads"] = state.DenyReads(stores=STORES, synced=_guardian.loop.sync.synced, writer=_guardian.loop.writer)
 
 
-def _managed(value: str | None, **_: Any) -> bool:
-    return value in keys.DOMAIN_MANAGERS
-
-
-@kopf.on.event(
-    keys.COMPUTE_DOMAIN_GROUP,
-    keys.COMPUTE_DOMAIN_VERSION,
-    keys.COMPUTE_DOMAIN_PLURAL,
-    labels={keys.MANAGED_BY_LABEL: _managed},
-    id="computedomains",
-    registry=state.registry,
+#: Only managed ComputeDomains and scoped pods are sent to this controller.
+WATCH_SELECTORS = watches.register(
+    state.registry, STORES.mirrors, lambda touched: guardian().loop.queue.enqueue(*touched)
 )
-async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
-    guardian().loop.queue.enqueue(*STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
-
-
-@kopf.on.event("pods", labels={keys.SCOPE_LABEL: kopf.PRESENT}, id="pods", registry=state.registry)
-async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
-    guardian().loop.queue.enqueue(*STORES.pod_mirror.observe(body, deleted=type == "DELETED"))

@@ -1,4 +1,5 @@
-"""Admission webhooks: LeaderWorkerSet stamping and validation, and claim injection into replica-scope pods.
+"""Admission webhooks: LeaderWorkerSet stamping and validation, and the decision of the claim injection into
+replica-scope pods (its webhook is the scope kit's).
 
 Each handler turns the request into a pure decision (`decisions`) and answers with one patch or one error.
 Webhooks have no side effects: they never write to the API.
@@ -6,7 +7,6 @@ Webhooks have no side effects: they never write to the API.
 
 from __future__ import annotations
 
-import logging
 import secrets
 from typing import Any
 
@@ -14,11 +14,10 @@ import kopf
 
 from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, injection, opt_in, ownership, references
-from mnnvl_runtime import admission, kube, operator
+from mnnvl_runtime import admission, controller, kube
 
 from . import decisions, planner, state
 
-log = logging.getLogger(__name__)
 LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 
 
@@ -31,7 +30,7 @@ def mutate_leaderworkerset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwar
         "mutate-leaderworkerset",
         kwargs.get("operation"),
         patch,
-        lambda: decisions.template_patch(dict(body), AVAILABILITY.environment(operator.context_of(memo))),
+        lambda: decisions.template_patch(dict(body), AVAILABILITY.environment(controller.context_of(memo))),
     )
 
 
@@ -42,40 +41,18 @@ def validate_leaderworkerset(body: kopf.Body, memo: Any, warnings: list[str], **
     def check() -> tuple[list[errors.FieldError], list[str]]:
         lws = dict(body)
         found = decisions.lws_errors(
-            lws, dict(old) if old else None, AVAILABILITY.environment(operator.context_of(memo))
+            lws, dict(old) if old else None, AVAILABILITY.environment(controller.context_of(memo))
         )
         return found, decisions.lws_warnings(lws)
 
     admission.validate_workload("validate-leaderworkerset", kwargs.get("operation"), warnings, check)
 
 
-admission.register_domain_identity(state.registry, planner.MANAGER)
-
-
-# async: it reads the watch stores, which only the event loop thread may touch (LWS handlers above run in
-# kopf's thread pool and never do).
-@kopf.on.mutate("pods", id="mutate-pod", registry=state.registry)
-async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-    operation: str | None = kwargs.get("operation")
-    with admission.measured("mutate-pod", operation) as outcome:
-        context = operator.context_of(memo)
-        if operation != "CREATE" or not context.gate_enabled:
-            return
-        pod = dict(body)
-        admitted = await admit_pod(context.client, state.STORES, pod, token=new_token())
-        if admitted.patch:
-            patch.fns.append(admission.transform(admitted.patch))
-            outcome.result = "patched"
-            log.info(
-                "pod admitted",
-                extra={
-                    "namespace": pod["metadata"].get("namespace", ""),
-                    "pod": pod["metadata"].get("name"),
-                    "compute_domain": admitted.domain,
-                    "containers": list(admitted.targets),
-                    "gated": admitted.gated,
-                },
-            )
+async def admit(context: controller.Context, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
+    """The pod webhook's answer (`mnnvl_runtime.scopes`): with the gate off nothing is injected."""
+    if not context.gate_enabled:
+        return injection.PodAdmission(patch=[], errors=[])
+    return await admit_pod(context.client, stores, pod, token=new_token())
 
 
 async def admit_pod(

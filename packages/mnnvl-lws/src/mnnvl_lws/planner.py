@@ -24,13 +24,8 @@ from mnnvl_api.decisions import domains, plans
 MANAGER = keys.LWS_CONTROLLER
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload:
-    namespace: str
-    name: str
-    uid: str
-    deleting: bool = False
-    opted_in: bool = True
+#: A LeaderWorkerSet's facts are exactly what every scope knows of its workload.
+Workload = plans.WorkloadFacts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,44 +39,28 @@ class PodFacts(plans.PodFacts):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Snapshot:
-    namespace: str
-    lws_name: str
-    workload: Workload | None  # None once the LeaderWorkerSet is gone
-    pods: tuple[PodFacts, ...]
-    #: Every domain of this LWS's name (ours or not) plus the domains its leaders record, by name.
-    domains: dict[str, domains.DomainFacts]
-    existing_templates: frozenset[str]
-    templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
-    domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
+class Snapshot(plans.ScopeSnapshot[Workload, PodFacts]):
+    """`domains`: every domain of this LWS's name (ours or not) plus the domains its leaders record."""
+
     #: The revision hashes of this LWS (by uid) whose templates upstream recorded with our stamp.
     stamped_revisions: frozenset[str] = frozenset()
-    gate_enabled: bool
 
 
 def domain_labels(workload: Workload, group: int) -> dict[str, str]:
-    return {
-        keys.OWNER_UID_LABEL: workload.uid,
-        keys.MANAGED_BY_LABEL: MANAGER,
-        keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
-        keys.WORKLOAD_NAME_LABEL: workload.name,
-        keys.GROUP_INDEX_LABEL: str(group),
-    }
+    return plans.domain_labels(
+        workload, manager=MANAGER, scope=keys.SCOPE_REPLICA, position={keys.GROUP_INDEX_LABEL: str(group)}
+    )
 
 
 def is_ours(domain: domains.DomainFacts, lws_name: str) -> bool:
-    """Created by mnnvl-lws for a group of the LWS of this name (any incarnation of it): the API server records
-    us as the creator, and the name is exactly what the replica scope derives from the domain's labels."""
+    """Created by mnnvl-lws for a group of the LWS of this name (`plans.made_by`), and the name is exactly what
+    the replica scope derives from the domain's group label."""
     group = domain.group
     return (
-        domain.managed_by == MANAGER
-        and domain.created_by == MANAGER
-        and domain.owner_uid is not None
-        and domain.workload == lws_name
+        plans.made_by(domain, manager=MANAGER, workload_name=lws_name)
         and group is not None
         and group.isdigit()
         and names.replica_domain_token(domain.name, lws_name, int(group)) is not None
-        and domain.claim_template == names.claim_template_name(domain.name)
     )
 
 
@@ -100,11 +79,9 @@ def plan(snapshot: Snapshot) -> plans.Plan:
         return plans.Plan()
     workload = snapshot.workload
     live_leaders = [p for p in snapshot.pods if p.is_leader and not p.terminal and p.domain]
-    valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.lws_name)]
+    valid_leaders = [p for p in live_leaders if has_valid_domain(p, snapshot.workload_name)]
     current = {p.domain for p in valid_leaders if p.domain}
-    # Whatever a live pod records stays, valid name or not: a domain is never deleted under a pod.
-    recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
-    warnings = [_invalid_name(p) for p in live_leaders if not has_valid_domain(p, snapshot.lws_name)]
+    warnings = [_invalid_name(p) for p in live_leaders if not has_valid_domain(p, snapshot.workload_name)]
     create: list[plans.DomainToCreate] = []
     ready: set[str] = set()
     if workload is not None and not workload.deleting:
@@ -134,38 +111,22 @@ def plan(snapshot: Snapshot) -> plans.Plan:
             )
         }
     leader_domains = {p.group: p.domain for p in valid_leaders if not p.deleting}
-    ungate = tuple(
-        plans.PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at)
-        for p in snapshot.pods
-        if p.gated
-        and not p.terminal
-        and not p.deleting
-        and p.domain in ready
-        and (p.is_leader or leader_domains.get(p.group) == p.domain)
-    )
-    retired = plans.retire(
-        (found for found in snapshot.domains.values() if is_ours(found, snapshot.lws_name)),
-        wanted=lambda found: found.name in current,
-        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,
-    )
-    return plans.Plan(
-        create=tuple(create),
+    ungate = [
+        p for p in plans.releasable(snapshot.pods, ready) if p.is_leader or leader_domains.get(p.group) == p.domain
+    ]
+    return plans.scope_plan(
+        snapshot,
+        create=create,
         ungate=ungate,
-        delete=retired.delete,
-        uncondemn=retired.uncondemn,
-        release=retired.release,
-        warnings=tuple(warnings),
+        warnings=warnings,
+        ours=lambda found: is_ours(found, snapshot.workload_name),
+        wanted=lambda found: found.name in current,
     )
 
 
 def _to_create(workload: Workload, leader: PodFacts) -> plans.DomainToCreate:
     assert leader.domain is not None
-    return plans.DomainToCreate(
-        name=leader.domain,
-        namespace=workload.namespace,
-        claim_template=names.claim_template_name(leader.domain),
-        labels=domain_labels(workload, leader.group),
-    )
+    return plans.to_create(workload, leader.domain, domain_labels(workload, leader.group))
 
 
 def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -> plans.Warning:

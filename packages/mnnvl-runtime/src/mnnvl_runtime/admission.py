@@ -16,7 +16,7 @@ import kopf
 from mnnvl_api import errors, keys
 from mnnvl_api.decisions import domains, field_managers, opt_in
 
-from . import kube, metrics, operator, preflight, webhooks
+from . import controller, kube, metrics, preflight, webhooks
 
 log = logging.getLogger(__name__)
 API_CHECK_SECONDS = 10.0
@@ -35,7 +35,7 @@ class ApiAvailability:
             self._checked_at = time.monotonic()
         return self._served
 
-    def environment(self, context: operator.Context) -> opt_in.Environment:
+    def environment(self, context: controller.Context) -> opt_in.Environment:
         """What admission decisions depend on besides the object; the API is not asked while the gate is off."""
         gate_enabled = context.gate_enabled
         return opt_in.Environment(gate_enabled=gate_enabled, api_served=gate_enabled and self.served(context.client))
@@ -174,7 +174,7 @@ def register_domain_identity(registry: kopf.OperatorRegistry, manager: str) -> N
         old: kopf.Body | None = kwargs.get("old")
         await refuse_impersonation(
             manager,
-            operator.context_of(memo).client,
+            controller.context_of(memo).client,
             own_user,
             operation=kwargs.get("operation"),
             requester=str(userinfo.get("username") or ""),

@@ -10,41 +10,19 @@ kubelet restarts a controller that would otherwise sit there serving webhooks an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import pathlib
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import kopf
 
 from mnnvl_api import models
 
-from . import certs, identity, kube, leases, logs, metrics, preflight, settings
+from . import certs, controller, identity, kube, leases, logs, metrics, preflight, settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Context:
-    """What handlers of one controller share, handed to them as kopf's `memo.context`."""
-
-    identity: identity.Identity
-    process: settings.ProcessSettings
-    configuration: models.Configuration
-    client: kube.Kube
-    elector: leases.LeaderElector
-
-    @property
-    def gate_enabled(self) -> bool:
-        return self.configuration.auto_compute_domain
-
-
-#: Label selectors the API server applies to a controller's watches, by resource as kopf's handler decorators
-#: name it ("pods", or (group, version, plural)): objects no handler would accept are then never sent at all,
-#: which is what keeps a controller's watch cost independent of the cluster's other pods.
-WatchSelectors = Mapping[str | tuple[str, str, str], str]
 
 
 def kopf_settings(
@@ -53,7 +31,7 @@ def kopf_settings(
     *,
     certfile: pathlib.Path | None,
     keyfile: pathlib.Path | None,
-    watch_selectors: WatchSelectors,
+    watch_selectors: controller.WatchSelectors,
 ) -> kopf.OperatorSettings:
     """kopf's settings for one controller: own bookkeeping prefixes, no event posting, its webhook server (none
     without a certificate: kopf would start one even with no webhook handler, and stop on the missing files)."""
@@ -88,7 +66,7 @@ def run(
     registry: kopf.OperatorRegistry,
     *,
     preflight: Callable[[kube.Kube, models.Configuration], list[str]],
-    watch_selectors: WatchSelectors,
+    watch_selectors: controller.WatchSelectors,
     serves_webhooks: bool = True,
 ) -> int:
     """The console script of a controller. Returns the exit code. A controller that `serves_webhooks` needs its
@@ -133,7 +111,9 @@ def run(
         holder=process.pod_name,
         timing=timing,
     )
-    context = Context(identity=who, process=process, configuration=configuration, client=client, elector=elector)
+    context = controller.Context(
+        identity=who, process=process, configuration=configuration, client=client, elector=elector
+    )
     _register_login(registry, process)
     _register_liveness(registry)
     operator_settings = kopf_settings(
@@ -153,12 +133,15 @@ def run(
 
 
 async def _serve(
-    context: Context, registry: kopf.OperatorRegistry, operator_settings: kopf.OperatorSettings, liveness: str | None
+    context: controller.Context,
+    registry: kopf.OperatorRegistry,
+    operator_settings: kopf.OperatorSettings,
+    liveness: str | None,
 ) -> None:
     election: asyncio.Task[None] | None = None
     if context.configuration.leader_election.leader_elect:
         election = asyncio.create_task(context.elector.run(), name="lease-election")
-        watch_tasks(election)
+        controller.watch_tasks(election)
     else:
         context.elector.lead_without_lease()
     try:
@@ -184,43 +167,11 @@ def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSe
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-#: The loops this process runs for good, as `watch_tasks` registered them; one process runs one controller.
-_WATCHED_TASKS: list[asyncio.Task[Any]] = []
-
-
-def watch_tasks(*tasks: asyncio.Task[Any]) -> None:
-    """Have the liveness endpoint fail once any of `tasks` ends, whether it returned, raised or was cancelled:
-    each is a loop the controller needs for as long as the process runs."""
-    _WATCHED_TASKS.extend(tasks)
-
-
-def watched_tasks() -> tuple[asyncio.Task[Any], ...]:
-    return tuple(_WATCHED_TASKS)
-
-
-def check_tasks_running(tasks: Iterable[asyncio.Task[Any]]) -> dict[str, int]:
-    """The liveness probe's verdict on `tasks`: how many run, or kopf.PermanentError naming those that ended.
-
-    Permanent, so kopf answers the probe with HTTP 500 at once instead of retrying the check."""
-    checked = list(tasks)
-    ended = [_ending(task) for task in checked if task.done()]
-    if ended:
-        raise kopf.PermanentError(f"controller loops ended: {'; '.join(ended)}")
-    return {"running": len(checked)}
-
-
-def _ending(task: asyncio.Task[Any]) -> str:
-    if task.cancelled():
-        return f"{task.get_name()} was cancelled"
-    error = task.exception()
-    return f"{task.get_name()} returned" if error is None else f"{task.get_name()} died: {error!r}"
-
-
 def _register_liveness(registry: kopf.OperatorRegistry) -> None:
     # async, so kopf runs it on the event loop that owns the tasks instead of in a worker thread.
     @kopf.on.probe(registry=registry, id="controller-loops")
     async def controller_loops(**_: Any) -> dict[str, int]:
-        return check_tasks_running(_WATCHED_TASKS)
+        return controller.check_tasks_running(controller.watched_tasks())
 
 
 def compute_domain_preflight(
@@ -236,9 +187,3 @@ def compute_domain_preflight(
         return preflight.compute_domain_problems(client, verbs, reads)
 
     return problems
-
-
-def context_of(memo: Any) -> Context:
-    """The controller's context from a handler's `memo` kwarg."""
-    found: Context = memo.context
-    return found

@@ -11,7 +11,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from mnnvl_api.decisions import plans
 
-from . import domains, metrics, operator, stores, workqueue
+from . import controller, domains, metrics, stores, workqueue
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -19,7 +19,7 @@ Key = TypeVar("Key", bound=Hashable)
 class Reconciling(Generic[Key]):
     def __init__(
         self,
-        context: operator.Context,
+        context: controller.Context,
         mirrors: Sequence[stores.Mirror[Key]],
         work: Callable[[Key], Coroutine[Any, Any, None]],
         *,
@@ -56,7 +56,7 @@ class Reconciling(Generic[Key]):
         """Run the store sync and the queue (with its resync of every key each `every` seconds, then `then`);
         every loop is watched by the liveness probe."""
         sync = asyncio.create_task(self.sync.run(), name=f"store-sync-{self.kind}")
-        operator.watch_tasks(sync)
+        controller.watch_tasks(sync)
         return [*self.queue.start(keys, every=every, then=then), sync]
 
 
@@ -91,7 +91,7 @@ class ScopeReconciler(Generic[Snapshot]):
 
     def __init__(
         self,
-        context: operator.Context,
+        context: controller.Context,
         state: ScopeState[Snapshot],
         plan: Callable[[Snapshot], plans.Plan],
         executor: Callable[[domains.DomainWriter], ScopeExecutor[Snapshot]],

@@ -16,6 +16,7 @@ an object deleted while the list was in flight stays deleted (tombstone).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import dataclasses
 import logging
@@ -24,8 +25,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import prometheus_client
 
-from mnnvl_api import names
-from mnnvl_api.decisions import domains, references
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import domains, plans, references
 
 from . import indexes, kube, metrics
 
@@ -295,19 +296,91 @@ class DomainUsage:
     domains_recorded: frozenset[str]  # recorded by non-terminal pods in the namespace
 
 
-@dataclasses.dataclass
-class ScopeStores:
-    """What a scope controller (replica, slice) keeps to tell which of its workloads a ComputeDomain or claim
-    template event concerns: the shared domain stores, and the workloads whose pods record each domain.
+#: Every scope watches every ComputeDomain (a foreign one may collide with a name of ours) and claim template.
+DOMAIN_RESOURCE = Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=keys.COMPUTE_DOMAIN_PLURAL)
+TEMPLATE_RESOURCE = Resource(api_version="resource.k8s.io/v1", plural="resourceclaimtemplates")
+WorkloadFacts = TypeVar("WorkloadFacts", bound=plans.WorkloadFacts)
+PodFacts = TypeVar("PodFacts", bound=plans.PodFacts)
 
-    A subclass names the `manager` whose domains it indexes under their workload, and feeds `domain_users`
-    from its pods."""
+
+@dataclasses.dataclass
+class ScopeStores(abc.ABC, Generic[WorkloadFacts, PodFacts]):
+    """What a scope controller (replica, slice) knows: its workloads and their scope pods, by workload
+    (namespace, name); the shared domain stores; and which workloads' pods record each domain, to tell which
+    workloads a ComputeDomain or claim template event concerns.
+
+    A scope names the `manager` whose domains it indexes under their workload, the resources of its pods (their
+    label selector) and of its workloads, how it reads their facts (`pod_of`, `workload_of`), and any more
+    resources it watches (`more_mirrors`, `more_keys`)."""
 
     manager: ClassVar[str]
+    pod_resource: ClassVar[Resource]
+    workload_resource: ClassVar[Resource]
     #: Domains, claim templates and which pods use what: the indexes every domain controller shares.
     shared: DomainStores = dataclasses.field(default_factory=DomainStores)
     #: (namespace, domain) → names of the workloads whose pods record it
     domain_users: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, workload name) → its scope pods
+    pods: indexes.Index[NamespacedName, PodFacts] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, workload name) → the workload
+    workloads: indexes.Index[NamespacedName, WorkloadFacts] = dataclasses.field(default_factory=indexes.Index)
+
+    def __post_init__(self) -> None:
+        self.pod_mirror = Mirror(self.pod_resource, self.apply_pod)
+        self.workload_mirror = Mirror(self.workload_resource, self.apply_workload)
+        self.domain_mirror = Mirror(DOMAIN_RESOURCE, self.apply_domain)
+        self.template_mirror = Mirror(TEMPLATE_RESOURCE, self.apply_template)
+
+    @property
+    def mirrors(self) -> list[Mirror[NamespacedName]]:
+        return [self.pod_mirror, self.workload_mirror, *self.more_mirrors(), self.domain_mirror, self.template_mirror]
+
+    def more_mirrors(self) -> list[Mirror[NamespacedName]]:
+        """The scope's own watched resources besides pods, workloads, domains and claim templates."""
+        return []
+
+    def more_keys(self) -> set[NamespacedName]:
+        """The workloads the scope's own indexes name."""
+        return set()
+
+    @abc.abstractmethod
+    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, PodFacts] | None:
+        """The name of the workload a pod of this scope belongs to, and its facts; None for any other pod."""
+
+    @abc.abstractmethod
+    def workload_of(self, body: Mapping[str, Any]) -> WorkloadFacts | None:
+        """The facts of a workload; None for one whose shape cannot be read."""
+
+    @abc.abstractmethod
+    def snapshot(self, namespace: str, name: str, *, gate_enabled: bool) -> Any:
+        """What the scope's planner decides the workload's domains from (its `plans.ScopeSnapshot`)."""
+
+    # --- feeding (through the mirrors: watch events and fresh lists) ---------------------------------------
+
+    def apply_pod(self, uid: str, pod: Mapping[str, Any] | None) -> list[NamespacedName]:
+        """Index a pod of the scope (None: its deletion); returns the (namespace, workload) it belongs to."""
+        before = self.pods.groups_of(uid)
+        self.shared.apply_pod(uid, pod)
+        self.pods.drop(uid)
+        self.domain_users.drop(uid)
+        found = None if pod is None else self.pod_of(pod)
+        if pod is None or found is None:
+            return list(before)
+        workload, facts = found
+        key = (pod["metadata"].get("namespace", ""), workload)
+        self.pods.put(uid, {key: facts})
+        self.domain_users.put(uid, {(key[0], facts.domain): workload} if facts.domain else {})
+        return sorted({*before, key})
+
+    def apply_workload(self, uid: str, body: Mapping[str, Any] | None) -> list[NamespacedName]:
+        before = self.workloads.groups_of(uid)
+        facts = None if body is None else self.workload_of(body)
+        if body is None or facts is None:
+            self.workloads.drop(uid)
+            return list(before)
+        key = (facts.namespace, facts.name)
+        self.workloads.put(uid, {key: facts}, version=indexes.version_of(body))
+        return sorted({*before, key})
 
     def apply_domain(self, uid: str, domain: Mapping[str, Any] | None) -> list[NamespacedName]:
         """Index a ComputeDomain; returns the workload keys that care about it (before and after the change)."""
@@ -330,6 +403,26 @@ class ScopeStores:
             }
         )
 
+    # --- reading -------------------------------------------------------------------------------------------
+
+    def workload(self, namespace: str, name: str) -> WorkloadFacts | None:
+        return self.workloads.newest((namespace, name))
+
+    def scope_pods(self, namespace: str, workload: str) -> tuple[PodFacts, ...]:
+        return tuple(self.pods.get((namespace, workload)).values())
+
+    def domains_for(self, namespace: str, workload: str, also: Iterable[str]) -> dict[str, domains.DomainFacts]:
+        """For a snapshot, by name: the domains `manager` made for the workload, and those named `also` that
+        exist (whoever made them); of two incarnations of a name, the newer."""
+        found = {
+            facts.name: self.shared.domain(namespace, facts.name) or facts
+            for facts in self.shared.domains_of(namespace, workload)
+        }
+        for name in also:
+            if name not in found and (known := self.shared.domain(namespace, name)) is not None:
+                found[name] = known
+        return found
+
     def usage(self, namespace: str, found: Mapping[str, domains.DomainFacts], wanted: Iterable[str]) -> DomainUsage:
         """For a snapshot: which claim templates exist among those of the domains `found` and `wanted` (by name),
         and which of the `found` domains pods use (hold their claim template, or record them)."""
@@ -342,6 +435,16 @@ class ScopeStores:
                 f.claim_template for f in found.values() if (namespace, f.claim_template) in self.shared.template_users
             ),
             domains_recorded=frozenset(name for name in found if (namespace, name) in self.shared.domain_recorders),
+        )
+
+    def gated_pods(self) -> int:
+        return sum(1 for key in self.pods.groups() for pod in self.pods.get(key).values() if pod.gated)
+
+    def workload_keys(self) -> list[NamespacedName]:
+        """Every workload this controller may have work for: known objects, their pods, their domains, and what
+        the scope's own indexes name."""
+        return sorted(
+            set(self.workloads.groups()) | set(self.pods.groups()) | self.managed_workloads() | self.more_keys()
         )
 
     def managed_workloads(self) -> set[NamespacedName]:

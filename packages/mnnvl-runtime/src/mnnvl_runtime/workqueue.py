@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from mnnvl_api.models import configuration
 
-from . import leases, metrics, operator
+from . import controller, leases, metrics
 
 log = logging.getLogger(__name__)
 Key = TypeVar("Key", bound=Hashable)
@@ -176,7 +176,7 @@ class WorkQueue(Generic[Key]):
         ]
         for task in tasks:
             task.add_done_callback(_report_death)
-        operator.watch_tasks(*tasks)
+        controller.watch_tasks(*tasks)
         return tasks
 
 

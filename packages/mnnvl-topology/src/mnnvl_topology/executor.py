@@ -10,7 +10,7 @@ from typing import Final
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
 from mnnvl_api.models import configuration
-from mnnvl_runtime import events, kube, operator, preflight
+from mnnvl_runtime import controller, events, kube, preflight
 
 from . import planner, state, telemetry
 
@@ -48,7 +48,7 @@ class IncompletePassError(RuntimeError):
 
 @dataclasses.dataclass
 class Executor:
-    context: operator.Context
+    context: controller.Context
     stores: state.Stores
     #: (kind, name, uid, owner) of foreign objects already warned about: one Warning per object incarnation and
     #: owner (an object that changes hands is news).

@@ -17,19 +17,16 @@ from typing import Any
 import kopf
 
 from mnnvl_api import keys
-from mnnvl_runtime import operator, preflight, reconciling
+from mnnvl_runtime import controller, preflight, reconciling, watches
 
 from . import executor, planner, state, telemetry
 
-RESYNC_SECONDS = 30.0
-#: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
-WATCH_SELECTORS: operator.WatchSelectors = {}
 STORES = state.Stores()
 
 
 class Topologist:
     def __init__(
-        self, context: operator.Context, stores_: state.Stores, *, served: frozenset[planner.OptionalApi]
+        self, context: controller.Context, stores_: state.Stores, *, served: frozenset[planner.OptionalApi]
     ) -> None:
         self.stores = stores_
         unwatched = frozenset(planner.OPTIONAL_APIS) - served
@@ -64,7 +61,7 @@ def topologist() -> Topologist:
 @kopf.on.startup(registry=state.registry, id="start-topology")
 async def start(memo: Any, **_: Any) -> None:
     global _topologist  # noqa: PLW0603 - one per process, created once kopf runs
-    context = operator.context_of(memo)
+    context = controller.context_of(memo)
     # Startup handlers run before kopf looks, once, for the resources to watch: an API served here is watched, one
     # served later is not (the periodic pass says so).
     served = frozenset(
@@ -73,39 +70,14 @@ async def start(memo: Any, **_: Any) -> None:
     _topologist = Topologist(context, STORES, served=served)
     publisher = _topologist.executor
     context.elector.on_change.append(publisher.on_lease_change)
-    memo["tasks"] = _topologist.loop.start(STORES.keys, every=RESYNC_SECONDS, then=publisher.on_resync)
+    every = context.configuration.reconciliation.resync_seconds
+    memo["tasks"] = _topologist.loop.start(STORES.keys, every=every, then=publisher.on_resync)
 
 
-@kopf.on.event("nodes", id="nodes", registry=state.registry)
-async def on_node(body: kopf.Body, type: str, **_: Any) -> None:
-    topologist().enqueue(STORES.node_mirror.observe(body, deleted=type == "DELETED"))
-
-
-@kopf.on.event("pods", id="pods", registry=state.registry)
-async def on_pod(body: kopf.Body, type: str, **_: Any) -> None:
-    topologist().enqueue(STORES.pod_mirror.observe(body, deleted=type == "DELETED"))
-
-
-@kopf.on.event(
-    keys.COMPUTE_DOMAIN_GROUP,
-    keys.COMPUTE_DOMAIN_VERSION,
-    keys.COMPUTE_DOMAIN_PLURAL,
-    id="computedomains",
-    registry=state.registry,
+#: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
+WATCH_SELECTORS = watches.register(
+    state.registry, STORES.mirrors(compute_domains=True), lambda touched: topologist().enqueue(touched)
 )
-async def on_domain(body: kopf.Body, type: str, **_: Any) -> None:
-    topologist().enqueue(STORES.domain_mirror.observe(body, deleted=type == "DELETED"))
-
-
-@kopf.on.event(
-    keys.KAI_TOPOLOGY_GROUP,
-    keys.KAI_TOPOLOGY_VERSION,
-    keys.KAI_TOPOLOGY_PLURAL,
-    id="topologies",
-    registry=state.registry,
-)
-async def on_topology(body: kopf.Body, type: str, **_: Any) -> None:
-    topologist().enqueue(STORES.topology_mirror.observe(body, deleted=type == "DELETED"))
 
 
 # Bindings are read by name on each pass; their events only bring the next pass forward, so an edited binding is

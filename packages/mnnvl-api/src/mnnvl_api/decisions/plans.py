@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from .. import events
+from .. import events, keys, names
 from . import domains, injection, references
 
 
@@ -46,6 +46,39 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         deleting=bool(meta.get("deletionTimestamp")),
         missing_claim=injection.lacks_channel_claim(spec, meta.get("annotations") or {}),
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkloadFacts:
+    """What every scope's planner knows of the workload whose domains it plans (a LeaderWorkerSet, a
+    DisaggregatedSet)."""
+
+    namespace: str
+    name: str
+    uid: str
+    deleting: bool = False
+    #: It asks for ComputeDomains (by its opt-in annotation, on itself or, for a set, on a role).
+    opted_in: bool = True
+
+
+Workload = TypeVar("Workload", bound=WorkloadFacts)
+Pod = TypeVar("Pod", bound=PodFacts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScopeSnapshot(Generic[Workload, Pod]):
+    """What a scope's planner decides one workload's domains from; each scope adds what its position rule needs."""
+
+    namespace: str
+    workload_name: str
+    workload: Workload | None  # None once the workload is gone
+    pods: tuple[Pod, ...]
+    #: The domains the scope looks at for this workload (ours or not), by name.
+    domains: dict[str, domains.DomainFacts]
+    existing_templates: frozenset[str]
+    templates_in_use: frozenset[str]  # held by non-terminal pods in the namespace
+    domains_recorded: frozenset[str] = frozenset()  # recorded by non-terminal pods in the namespace
+    gate_enabled: bool
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -132,3 +165,67 @@ def pods_without_claim(pods: Iterable[PodFacts], *, kind: str, workload: str, co
         for pod in pods
         if pod.missing_claim and not pod.terminal
     ]
+
+
+def domain_labels(workload: WorkloadFacts, *, manager: str, scope: str, position: Mapping[str, str]) -> dict[str, str]:
+    """The labels of a domain `manager` creates for `workload` at `position` (its scope's position labels)."""
+    return {
+        keys.OWNER_UID_LABEL: workload.uid,
+        keys.MANAGED_BY_LABEL: manager,
+        keys.SCOPE_LABEL: scope,
+        keys.WORKLOAD_NAME_LABEL: workload.name,
+        **position,
+    }
+
+
+def to_create(workload: WorkloadFacts, name: str, labels: dict[str, str]) -> DomainToCreate:
+    return DomainToCreate(
+        name=name, namespace=workload.namespace, claim_template=names.claim_template_name(name), labels=labels
+    )
+
+
+def made_by(domain: domains.DomainFacts, *, manager: str, workload_name: str) -> bool:
+    """Created by `manager` for a workload of this name (any incarnation of it): the API server records `manager`
+    as the creator, the labels name it and the workload, and the claim template is the one derived from the name.
+    A scope adds that the name is exactly what it derives from the domain's position labels."""
+    return (
+        domain.managed_by == manager
+        and domain.created_by == manager
+        and domain.owner_uid is not None
+        and domain.workload == workload_name
+        and domain.claim_template == names.claim_template_name(domain.name)
+    )
+
+
+def releasable(pods: Iterable[Pod], ready: Iterable[str]) -> list[Pod]:
+    """The gated, live pods whose recorded domain is among the `ready` ones."""
+    ready = set(ready)
+    return [p for p in pods if p.gated and not p.terminal and not p.deleting and p.domain in ready]
+
+
+def scope_plan(
+    snapshot: ScopeSnapshot[Any, Any],
+    *,
+    create: Iterable[DomainToCreate],
+    ungate: Iterable[PodFacts],
+    warnings: Iterable[Warning],
+    ours: Callable[[domains.DomainFacts], bool],
+    wanted: Callable[[domains.DomainFacts], bool],
+) -> Plan:
+    """A scope's plan from what its position rule decided (domains to create, pods to let go, warnings), with
+    the one retirement rule applied to the snapshot's domains that are `ours`. Whatever a live pod records
+    stays: a domain is never deleted under a pod, valid name or not."""
+    recorded = snapshot.domains_recorded | {p.domain for p in snapshot.pods if p.domain and not p.terminal}
+    retired = retire(
+        (found for found in snapshot.domains.values() if ours(found)),
+        wanted=wanted,
+        in_use=lambda found: found.claim_template in snapshot.templates_in_use or found.name in recorded,
+    )
+    return Plan(
+        create=tuple(create),
+        ungate=tuple(PodRef(name=p.name, uid=p.uid, gate_at=p.gate_at) for p in ungate),
+        delete=retired.delete,
+        uncondemn=retired.uncondemn,
+        release=retired.release,
+        warnings=tuple(warnings),
+    )

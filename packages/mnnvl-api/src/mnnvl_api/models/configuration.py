@@ -106,6 +106,9 @@ class ReconciliationSettings(_SettingsModel):
     #: How many keys (workloads, domains) the Lease holder reconciles at once; one key is never in two passes
     #: at once, whatever this is.
     concurrency: int = pydantic.Field(default=16, ge=1, le=256)
+    #: How often the Lease holder looks at every key again although no event named it (a missed event, a
+    #: deletion fence that passed, gauges refreshed).
+    resync_seconds: float = pydantic.Field(default=30.0, gt=0)
 
 
 #: KAI's pattern for `levels[].nodeLabel` and `levels[].alias` (a label key: optional DNS-subdomain prefix + `/`).

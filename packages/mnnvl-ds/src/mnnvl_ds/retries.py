@@ -1,6 +1,5 @@
-"""Applies a slice-scope plan through the shared executor (`mnnvl_runtime.executing`): which domains the plan
-may touch, and what the events on the DisaggregatedSet say; then asks upstream to reconcile the set again when a
-cause of refusing its LeaderWorkerSets went away (`planner.upstream_retry_due`)."""
+"""The slice scope's follow-up of each pass (`mnnvl_runtime.scopes.FollowUp`): asks upstream to reconcile a
+DisaggregatedSet again when a cause of refusing its LeaderWorkerSets went away (`planner.upstream_retry_due`)."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ import logging
 from collections.abc import Callable
 
 from mnnvl_api import keys
-from mnnvl_api.decisions import domains as facts
-from mnnvl_api.decisions import patches, plans
-from mnnvl_runtime import domains, executing, kube
+from mnnvl_api.decisions import patches
+from mnnvl_runtime import kube
 
 from . import planner
 
@@ -43,7 +41,7 @@ class UpstreamRetries:
         self.now = now
         self._memory: dict[tuple[str, str], _Memory] = {}
 
-    def held_by(self, namespace: str, domain: str) -> list[tuple[str, str]]:
+    def on_domain_deleted(self, namespace: str, domain: str) -> list[tuple[str, str]]:
         """The DisaggregatedSets (namespace, name) whose slices a domain of this name held back in their last pass:
         its deletion is news for them, though it names none of them."""
         return sorted(key for key, memory in self._memory.items() if key[0] == namespace and domain in memory.holders)
@@ -54,7 +52,7 @@ class UpstreamRetries:
                 memory.asked_this_term = False
 
     async def after(self, snapshot: planner.Snapshot) -> None:
-        key = (snapshot.namespace, snapshot.ds_name)
+        key = (snapshot.namespace, snapshot.workload_name)
         workload = snapshot.workload
         if workload is None:
             self._memory.pop(key, None)
@@ -65,7 +63,7 @@ class UpstreamRetries:
         due = planner.upstream_retry_due(snapshot, asked_this_term=memory.asked_this_term, held_before=memory.holders)
         memory.holders = planner.holders(snapshot)
         if due and self.may_write():
-            await self._ask(snapshot.namespace, snapshot.ds_name, workload.uid)
+            await self._ask(snapshot.namespace, snapshot.workload_name, workload.uid)
             memory.asked_this_term = True
 
     async def _ask(self, namespace: str, name: str, uid: str) -> None:
@@ -86,51 +84,3 @@ class UpstreamRetries:
                 "asked upstream to reconcile the DisaggregatedSet again",
                 extra={"namespace": namespace, "disaggregatedset": name},
             )
-
-
-class Executor:
-    def __init__(self, writer: domains.DomainWriter, retries: UpstreamRetries) -> None:
-        self.applying = executing.Executor(writer)
-        self.retries = retries
-
-    async def apply(self, snapshot: planner.Snapshot, plan: plans.Plan) -> float | None:
-        """Apply `plan`; returns in how many seconds this DisaggregatedSet must be looked at again (a deletion
-        fence), if so."""
-
-        def ours(domain: facts.DomainFacts) -> bool:
-            return planner.is_ours(domain, snapshot.ds_name)
-
-        def created(domain: plans.DomainToCreate) -> str:
-            labels = domain.labels
-            return (
-                f"Created ComputeDomain {domain.name} for slice {labels[keys.SLICE_LABEL]} at revision "
-                f"{labels[keys.REVISION_LABEL]}"
-            )
-
-        def deleted(name: str) -> tuple[str, str]:
-            domain = snapshot.domains[name]
-            gone = snapshot.workload is None or snapshot.workload.uid != domain.owner_uid
-            return (
-                "workload_deleted" if gone else "obsolete",
-                f"Deleted ComputeDomain {name}: no LeaderWorkerSet of slice {domain.slice} at revision "
-                f"{domain.revision} remains and no pod uses it",
-            )
-
-        workload = executing.Workload(
-            namespace=snapshot.namespace,
-            reference=_workload_ref(snapshot),
-            belongs=ours,
-            created=created,
-            deleted=deleted,
-        )
-        come_back = await self.applying.apply(plan, workload)
-        await self.retries.after(snapshot)
-        return come_back
-
-
-def _workload_ref(snapshot: planner.Snapshot) -> kube.Object | None:
-    if snapshot.workload is None:
-        return None
-    return domains.involved(
-        keys.DS_API_VERSION, keys.DS_KIND, snapshot.namespace, snapshot.ds_name, snapshot.workload.uid
-    )

@@ -1,0 +1,207 @@
+"""The scope kit: what makes a scope controller (replica, slice) out of its position rule and its planner.
+
+A scope package describes itself once (`Scope`: its workload kind, its stores, its pure planner, its event texts,
+its pod admission) and `register` builds the rest on its kopf registry: the watch handlers of every store
+(`watches`), the reconciler (stores → snapshot → plan → `ScopeExecutor`), the pod webhook, and the ComputeDomain
+identity webhook. `main` is its console script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import kopf
+
+from mnnvl_api import keys
+from mnnvl_api.decisions import domains as facts
+from mnnvl_api.decisions import injection, plans
+
+from . import (
+    admission,
+    controller,
+    domains,
+    executing,
+    identity,
+    kube,
+    operator,
+    preflight,
+    reconciling,
+    stores,
+    watches,
+)
+
+log = logging.getLogger(__name__)
+
+Snapshot = TypeVar("Snapshot", bound=plans.ScopeSnapshot[Any, Any])
+Snapshot_contra = TypeVar("Snapshot_contra", bound=plans.ScopeSnapshot[Any, Any], contravariant=True)
+Stores = TypeVar("Stores", bound=stores.ScopeStores[Any, Any])
+#: What every scope controller does to ComputeDomains.
+COMPUTE_DOMAIN_VERBS = ("get", "list", "watch", "create", "delete", "patch")
+
+
+class FollowUp(Protocol[Snapshot_contra]):
+    """What a scope does beyond its plan, after each pass over a workload (the slice scope asks upstream to retry
+    LeaderWorkerSets it refused); it may make a domain's deletion news for workloads it names."""
+
+    async def after(self, snapshot: Snapshot_contra) -> None: ...
+
+    def on_domain_deleted(self, namespace: str, name: str) -> list[stores.NamespacedName]: ...
+
+    def on_lease_change(self, leading: bool) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scope(Generic[Snapshot, Stores]):
+    #: The controller's name: its field manager and the manager its domains name.
+    name: str
+    #: The value of the scope label on its pods and domains.
+    scope: str
+    #: The workload whose domains it manages, as Events refer to it.
+    workload_api_version: str
+    workload_kind: str
+    registry: kopf.OperatorRegistry
+    stores: Stores
+    plan: Callable[[Snapshot], plans.Plan]
+    #: Whether a domain, read afresh, is one the scope made for a workload of this name (identity, not labels).
+    is_ours: Callable[[facts.DomainFacts, str], bool]
+    #: The Event messages announcing a domain created, and one deleted (by name) for the snapshot's workload.
+    created: Callable[[plans.DomainToCreate], str]
+    deleted: Callable[[Snapshot, str], str]
+    #: The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
+    admit_pod: Callable[[controller.Context, Stores, dict[str, Any]], Awaitable[injection.PodAdmission]]
+    #: What its webhooks read beside ComputeDomains, for the start-up check.
+    reads: tuple[preflight.Access, ...] = ()
+    follow_up: Callable[[controller.Context], FollowUp[Snapshot]] | None = None
+
+    @property
+    def identity(self) -> identity.Identity:
+        return identity.Identity(self.name)
+
+
+class ScopeExecutor(Generic[Snapshot]):
+    """Applies a scope's plan through the shared executor (`executing`): which domains the plan may touch, what
+    the Events on the workload say; then the scope's follow-up, if any."""
+
+    def __init__(self, scope: Scope[Snapshot, Any], writer: domains.DomainWriter, follow_up: FollowUp[Snapshot] | None):
+        self.scope = scope
+        self.applying = executing.Executor(writer)
+        self.follow_up = follow_up
+
+    async def apply(self, snapshot: Snapshot, plan: plans.Plan) -> float | None:
+        """Apply `plan`; returns in how many seconds this workload must be looked at again (a deletion fence)."""
+        scope = self.scope
+
+        def deleted(name: str) -> tuple[str, str]:
+            gone = snapshot.workload is None or snapshot.workload.uid != snapshot.domains[name].owner_uid
+            return "workload_deleted" if gone else "obsolete", scope.deleted(snapshot, name)
+
+        workload = executing.Workload(
+            namespace=snapshot.namespace,
+            reference=self.reference(snapshot),
+            belongs=lambda domain: scope.is_ours(domain, snapshot.workload_name),
+            created=scope.created,
+            deleted=deleted,
+        )
+        come_back = await self.applying.apply(plan, workload)
+        if self.follow_up is not None:
+            await self.follow_up.after(snapshot)
+        return come_back
+
+    def reference(self, snapshot: Snapshot) -> kube.Object | None:
+        if snapshot.workload is None:
+            return None
+        return domains.involved(
+            self.scope.workload_api_version,
+            self.scope.workload_kind,
+            snapshot.namespace,
+            snapshot.workload_name,
+            snapshot.workload.uid,
+        )
+
+
+@dataclasses.dataclass
+class Registered(Generic[Snapshot]):
+    """A scope controller registered on its registry: the selectors of its watches, and, once kopf runs, its
+    reconciler and follow-up."""
+
+    name: str
+    watch_selectors: controller.WatchSelectors = dataclasses.field(default_factory=dict)
+    reconciler: reconciling.ScopeReconciler[Snapshot] | None = None
+    follow_up: FollowUp[Snapshot] | None = None
+
+    def running(self) -> reconciling.ScopeReconciler[Snapshot]:
+        assert self.reconciler is not None, f"{self.name} has not started"
+        return self.reconciler
+
+
+def register(scope: Scope[Snapshot, Stores]) -> Registered[Snapshot]:
+    """Registers everything the scope controller runs on its registry."""
+    registered: Registered[Snapshot] = Registered(name=scope.name)
+
+    @kopf.on.startup(registry=scope.registry, id="start-reconciler")
+    async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
+        context = controller.context_of(memo)
+        follow_up = scope.follow_up(context) if scope.follow_up is not None else None
+        if follow_up is not None:
+            context.elector.on_change.append(follow_up.on_lease_change)
+        reconciler = reconciling.ScopeReconciler(
+            context,
+            scope.stores,
+            scope.plan,
+            lambda writer: ScopeExecutor(scope, writer, follow_up),
+            kind=scope.workload_kind,
+            scope=scope.scope,
+            resync_seconds=context.configuration.reconciliation.resync_seconds,
+        )
+        registered.reconciler, registered.follow_up = reconciler, follow_up
+        memo["tasks"] = reconciler.start()
+
+    def domain_deleted(body: kopf.Body, deleted: bool) -> list[stores.NamespacedName]:
+        follow_up = registered.follow_up
+        if not deleted or follow_up is None:
+            return []
+        # a foreign domain that held a workload back may be gone
+        return follow_up.on_domain_deleted(body.metadata.namespace or "", body.metadata.name or "")
+
+    registered.watch_selectors = watches.register(
+        scope.registry,
+        scope.stores.mirrors,
+        lambda touched: registered.running().enqueue(*touched),
+        also={keys.COMPUTE_DOMAIN_PLURAL: domain_deleted},
+    )
+
+    # async: it reads the watch stores, which only the event loop thread may touch.
+    @kopf.on.mutate("pods", id="mutate-pod", registry=scope.registry)
+    async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+        operation: str | None = kwargs.get("operation")
+        with admission.measured("mutate-pod", operation) as outcome:
+            if operation != "CREATE":
+                return
+            pod = dict(body)
+            admitted = await scope.admit_pod(controller.context_of(memo), scope.stores, pod)
+            if admitted.patch:
+                patch.fns.append(admission.transform(admitted.patch))
+                outcome.result = "patched"
+                log.info(
+                    "pod admitted",
+                    extra={
+                        "namespace": pod["metadata"].get("namespace", ""),
+                        "pod": pod["metadata"].get("name"),
+                        "compute_domain": admitted.domain,
+                        "containers": list(admitted.targets),
+                        "gated": admitted.gated,
+                    },
+                )
+
+    admission.register_domain_identity(scope.registry, scope.name)
+    return registered
+
+
+def main(scope: Scope[Any, Any], registered: Registered[Any]) -> None:
+    """The console script of a scope controller."""
+    checks = operator.compute_domain_preflight(COMPUTE_DOMAIN_VERBS, scope.reads)
+    sys.exit(operator.run(scope.identity, scope.registry, preflight=checks, watch_selectors=registered.watch_selectors))
