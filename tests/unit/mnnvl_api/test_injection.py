@@ -12,6 +12,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import injection
 
 from . import pods
+from .gpu_rule import GPU_RULE
 
 TEMPLATE = "deepseek-r1-0-x7k2b-channel"
 CLAIM = {"name": keys.CHANNEL_CLAIM_NAME}
@@ -131,6 +132,14 @@ def test_zero_gpus_is_not_a_gpu_request(quantity: object) -> None:
 )
 def test_a_positive_gpu_quantity_in_limits_or_requests_is_a_gpu_request(resources: dict[str, Any]) -> None:
     assert injection.requests_gpu({"resources": resources})
+
+
+@pytest.mark.parametrize(("spec", "expected"), [pytest.param(s, e, id=i) for i, s, e in GPU_RULE])
+def test_the_gpu_rule(spec: dict[str, Any], expected: bool) -> None:
+    assert injection.pod_requests_gpu(spec) is expected
+    targets, errors = injection.target_containers(spec, {})
+    assert errors == []
+    assert bool(targets) is expected  # the claim goes exactly where the rule sees a GPU
 
 
 def test_the_scheduling_gate_is_added_once() -> None:

@@ -11,6 +11,7 @@ from mnnvl_api import keys, models
 from mnnvl_api.models import configuration
 from mnnvl_topology import planner
 
+from ..mnnvl_api.gpu_rule import GPU_RULE
 from . import fake_api
 
 CLIQUE = keys.GPU_CLIQUE_LABEL
@@ -313,6 +314,13 @@ def test_a_gpu_pod_without_a_channel_makes_its_node_busy_but_holds_no_channel() 
     assert planner.gpu_nodes(pods) == {"a2"}
     found = planner.census(nodes, planner.channel_nodes(pods, frozenset()), gpu_nodes=planner.gpu_nodes(pods))
     assert found.cliques == (planner.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [pytest.param(s, e, id=i) for i, s, e in GPU_RULE])
+def test_the_census_follows_the_one_gpu_rule(spec: dict[str, Any], expected: bool) -> None:
+    """A node whose only GPU user is a GPU sidecar is busy to the census, as it is to the scheduler."""
+    body = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {**spec, "nodeName": "a1"}, "status": {}}
+    assert planner.pod_facts(body).gpu is expected
 
 
 def test_a_claim_from_another_template_is_no_channel() -> None:

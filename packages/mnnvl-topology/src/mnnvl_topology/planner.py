@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mnnvl_api import keys
-from mnnvl_api.decisions import domains, references
+from mnnvl_api.decisions import domains, injection, references
 from mnnvl_api.models import configuration
 
 Object = dict[str, Any]
@@ -431,12 +431,6 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     status = pod.get("status") or {}
     live = references.is_non_terminal(pod)
     claims = spec.get("resourceClaims") or ()
-    asked = [
-        value
-        for container in spec.get("containers") or ()
-        for amounts in ((container.get("resources") or {}).get(field) or {} for field in ("limits", "requests"))
-        if (value := str(amounts.get(keys.GPU_RESOURCE, "0"))) != "0"
-    ]
     scheduled = [c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"]
     refusals = [c for c in scheduled if c.get("status") == "False" and c.get("reason") == "Unschedulable"]
     unschedulable = status.get("phase", "Pending") == "Pending" and not spec.get("nodeName") and bool(refusals)
@@ -462,7 +456,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         live=live,
         templates=references.live_claim_templates(pod),
         channel_claim=live and any(claim.get("name") == keys.CHANNEL_CLAIM_NAME for claim in claims),
-        gpu=live and bool(asked),
+        gpu=live and injection.pod_requests_gpu(spec),
         unschedulable=unschedulable,
         topology_missing=any(
             any(words in str(c.get("message", "")) for words in TOPOLOGY_MISSING_WORDS) for c in refusals

@@ -46,6 +46,13 @@ def requests_gpu(container: Mapping[str, Any]) -> bool:
     )
 
 
+def pod_requests_gpu(pod_spec: Mapping[str, Any]) -> bool:
+    """The one GPU rule: a container or a restartable init container (a sidecar, which runs beside them) asks for
+    `nvidia.com/gpu` (`requests_gpu`). The channel claim goes to exactly these, and the census counts a node busy
+    with exactly these."""
+    return any(_gpu_target(target, container) for target, container in _indexed(pod_spec))
+
+
 def named_containers(annotations: Mapping[str, str]) -> list[str] | None:
     """The names listed in `compute-domain-containers`, or None when the annotation is absent."""
     value = annotations.get(keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION)
