@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mnnvl_testbed import chart
+from mnnvl_runtime import webhook_manifests
 
 from .conftest import Render, by_kind
 
@@ -23,12 +23,6 @@ def comparable(configuration: dict[str, Any]) -> tuple[str, list[dict[str, Any]]
     return configuration["kind"], webhooks
 
 
-def test_the_chart_webhook_files_are_what_registration_builds() -> None:
-    """The files the chart reads; rewrite them with `python -m mnnvl_testbed.chart` after changing a registration."""
-    stale = [str(path) for path, text in chart.webhook_files().items() if path.read_text() != text]
-    assert not stale, f"run `python -m mnnvl_testbed.chart` to rewrite {', '.join(stale)}"
-
-
 @pytest.mark.parametrize("block", ["lws", "ds", "guardian"])
 def test_rendered_webhook_configurations_match_registration(render: Render, block: str) -> None:
     overrides: dict[str, Any] = {name: {"enabled": name == block} for name in ("lws", "ds", "guardian")}
@@ -38,7 +32,7 @@ def test_rendered_webhook_configurations_match_registration(render: Render, bloc
         *by_kind(objects, "MutatingWebhookConfiguration").values(),
         *by_kind(objects, "ValidatingWebhookConfiguration").values(),
     ]
-    registered = chart.registered_webhooks()[block]
+    registered = webhook_manifests.registered()[block](webhook_manifests.path_only)
     assert sorted(map(comparable, rendered), key=repr) == sorted(map(comparable, registered), key=repr)
     paths = sorted(webhook["clientConfig"]["service"]["path"] for item in rendered for webhook in item["webhooks"])
     assert paths == sorted(webhook["clientConfig"]["path"] for item in registered for webhook in item["webhooks"])

@@ -27,3 +27,8 @@ def configurations(
     me = keys.GUARDIAN_CONTROLLER
     entry = webhooks.entry(me, "validate-computedomain-delete", DELETE_RULE, client_config, objectSelector=managed)
     return [webhooks.configuration("ValidatingWebhookConfiguration", me, "validating", [entry])]
+
+
+def deny_mode_configurations(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
+    """What installers register: the configurations of Deny mode (the chart renders them only in that mode)."""
+    return configurations(client_config, configuration.DeletionProtection.DENY)
