@@ -54,3 +54,20 @@ def restartable_init_spec() -> dict[str, Any]:
         ],
         "containers": [copy.deepcopy(VLLM)],
     }
+
+
+def leader_worker_template(
+    size: int,
+    *,
+    worker_spec: dict[str, Any] | None = None,
+    leader_spec: dict[str, Any] | None = None,
+    worker_meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A `leaderWorkerTemplate` of `size` pods per group, workers from `worker_spec` (the DeepSeek worker's by
+    default), with a leader template only when `leader_spec` is given."""
+    template: dict[str, Any] = {"size": size, "workerTemplate": {"spec": worker_spec or deepseek_worker_spec()}}
+    if worker_meta is not None:
+        template["workerTemplate"]["metadata"] = copy.deepcopy(worker_meta)
+    if leader_spec is not None:
+        template["leaderTemplate"] = {"spec": leader_spec}
+    return template

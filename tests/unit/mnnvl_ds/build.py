@@ -16,7 +16,7 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, opt_in
 from mnnvl_ds import decisions, planner
 
-from ..mnnvl_api import pods
+from ..mnnvl_api import pods, snapshots
 
 UID = "7a2d3c4e-0000-4000-8000-000000000002"
 NS = "serving"
@@ -66,11 +66,7 @@ def role(
     worker_spec: dict[str, Any] | None = None,
     leader_spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    template: dict[str, Any] = {"size": 2, "workerTemplate": {"spec": worker_spec or pods.deepseek_worker_spec()}}
-    if worker_meta is not None:
-        template["workerTemplate"]["metadata"] = copy.deepcopy(worker_meta)
-    if leader_spec is not None:
-        template["leaderTemplate"] = {"spec": leader_spec}
+    template = pods.leader_worker_template(2, worker_spec=worker_spec, leader_spec=leader_spec, worker_meta=worker_meta)
     found: dict[str, Any] = {"name": name, "spec": {"replicas": 1, "leaderWorkerTemplate": template}}
     if annotations is not None:
         found["metadata"] = {"annotations": annotations}
@@ -297,9 +293,6 @@ def snapshot(
         workload=None if gone else (workload_ or workload()),
         children=children,
         pods=pods_,
-        domains={d.name: d for d in domains_},
-        existing_templates=frozenset(templates if templates is not None else (d.claim_template for d in domains_)),
-        templates_in_use=frozenset(names.claim_template_name(name) for name in in_use),
-        domains_recorded=frozenset(recorded),
+        **snapshots.domain_fields(domains_, templates=templates, in_use=in_use, recorded=recorded),
         gate_enabled=gate_enabled,
     )

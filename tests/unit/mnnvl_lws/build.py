@@ -9,7 +9,7 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, opt_in
 from mnnvl_lws import planner
 
-from ..mnnvl_api import pods
+from ..mnnvl_api import pods, snapshots
 
 UID = "6f1c1e0a-0000-4000-8000-000000000001"
 
@@ -22,11 +22,7 @@ def lws(
     leader_spec: dict[str, Any] | None = None,
     worker_meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    template: dict[str, Any] = {"size": 4, "workerTemplate": {"spec": worker_spec or pods.deepseek_worker_spec()}}
-    if worker_meta is not None:
-        template["workerTemplate"]["metadata"] = copy.deepcopy(worker_meta)
-    if leader_spec is not None:
-        template["leaderTemplate"] = {"spec": leader_spec}
+    template = pods.leader_worker_template(4, worker_spec=worker_spec, leader_spec=leader_spec, worker_meta=worker_meta)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -214,16 +210,12 @@ def snapshot(
     for facts in pods_:
         if not facts.is_leader and not any(p.is_leader and p.group == facts.group for p in pods_):
             raise ValueError(f"worker {facts.name} has no leader in the snapshot")
-    by_name = {d.name: d for d in domains_}
     return planner.Snapshot(
         namespace="serving",
         workload_name="deepseek-r1",
         workload=None if gone else (workload_ or workload()),
         pods=pods_,
-        domains=by_name,
-        existing_templates=frozenset(templates if templates is not None else (d.claim_template for d in domains_)),
-        templates_in_use=frozenset(names.claim_template_name(name) for name in in_use),
-        domains_recorded=frozenset(recorded),
+        **snapshots.domain_fields(domains_, templates=templates, in_use=in_use, recorded=recorded),
         stamped_revisions=frozenset(stamped_revisions),
         gate_enabled=gate_enabled,
     )

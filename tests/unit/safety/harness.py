@@ -667,6 +667,28 @@ class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
         if refused or patch:
             self.plain_refusals.append(f"{what}: {'refused' if refused else patch}")
 
+    def through_webhooks(
+        self,
+        plural: str,
+        kind: str,
+        body: Object,
+        *,
+        mutate: Callable[[Object], list[Any]],
+        validate: Callable[[Object, Object | None], list[Any]],
+        plain: str,
+    ) -> tuple[Object | None, Object | None]:
+        """A create or update of a workload as the API server takes it: the mutating webhook's patch, then the
+        validating webhook's errors. Returns the object to store (None: refused) and the stored one it replaces
+        (None: a create); the answers about the workload named `plain` are noted (`note_plain_answer`)."""
+        name = body["metadata"]["name"]
+        old = self.api.get(plural, NS, name)
+        patch = mutate(body)
+        mutated = jsonpatch.apply_patch(body, patch)
+        refused = bool(validate(mutated, old))
+        if name == plain:
+            self.note_plain_answer(f"{kind} {name}", refused=refused, patch=patch)
+        return (None if refused else mutated), old
+
     # --- what must hold after every step, whatever the scope ---------------------------------------------
 
     def enrolled(self, pod: Object) -> bool:

@@ -27,7 +27,6 @@ import itertools
 import json
 from typing import Any
 
-import jsonpatch
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
@@ -125,13 +124,15 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
         """Create or update a LeaderWorkerSet as the API server does: mutating webhook, validating webhook, then
         stored. Returns the stored object, or None when refused."""
         name = body["metadata"]["name"]
-        old = self.api.get(keys.LWS_PLURAL, NS, name)
-        patch = decisions.template_patch(body, ENV)
-        mutated = jsonpatch.apply_patch(body, patch)
-        refused = bool(decisions.lws_errors(mutated, old, ENV))
-        if name == PLAIN:
-            self.note_plain_answer(f"LeaderWorkerSet {name}", refused=refused, patch=patch)
-        if refused:
+        mutated, old = self.through_webhooks(
+            keys.LWS_PLURAL,
+            "LeaderWorkerSet",
+            body,
+            mutate=lambda found: decisions.template_patch(found, ENV),
+            validate=lambda found, before: decisions.lws_errors(found, before, ENV),
+            plain=PLAIN,
+        )
+        if mutated is None:
             return None
         if old is None:
             stored = self.api.put(keys.LWS_PLURAL, mutated, manager="kubectl")
@@ -492,17 +493,24 @@ def domains_of_group(machine: ReplicaScope, group: int) -> list[str]:
     )
 
 
+def leader_fails_while_a_worker_is_admitted(fence: float, *, gpu_leader: bool) -> tuple[ReplicaScope, str]:
+    """Group 0 runs; a worker's admission begins (landing `ADMISSION_BOUND` later), its leader fails, and the
+    leader reconciles: the domain is obsolete and unused as far as anyone can see, so it is condemned."""
+    machine = ReplicaScope()
+    machine.configured(fence)
+    domain = machine.group_runs(0, gpu_leader=gpu_leader)
+    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
+    machine.pod_ends_named(f"{LWS}-0", fails=True)
+    machine.catch_up("a")
+    machine.reconcile_fully("a")
+    return machine, domain
+
+
 def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_delete() -> None:
     """A worker is admitted while its leader lives, the leader fails, the domain is condemned, and the worker is
     persisted only afterwards, as late as admission allows: with the longest fence the configuration accepts, the
     final fresh read sees it and the mark is lifted."""
-    machine = ReplicaScope()
-    machine.configured(max(accepted_fences()))
-    domain = machine.group_runs(0, gpu_leader=False)
-    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
-    machine.pod_ends_named(f"{LWS}-0", fails=True)
-    machine.catch_up("a")
-    machine.reconcile_fully("a")  # obsolete and unused as far as anyone can see: condemned
+    machine, domain = leader_fails_while_a_worker_is_admitted(max(accepted_fences()), gpu_leader=False)
     assert machine.is_condemned(domain)
     machine.time_passes(seconds=machine.fence)  # the worker lands within its deadline, before the fence passed
     machine.catch_up("a")
@@ -515,13 +523,7 @@ def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_de
 def test_no_configurable_fence_lets_a_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
     """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest admission.
     A worker read its domain as ready just before the mark; its creation lands `ADMISSION_BOUND` later."""
-    machine = ReplicaScope()
-    machine.configured(min(accepted_fences()))
-    domain = machine.group_runs(0, gpu_leader=True)
-    machine.begin_worker_of(0, via=1, latency=ADMISSION_BOUND)
-    machine.pod_ends_named(f"{LWS}-0", fails=True)
-    machine.catch_up("a")
-    machine.reconcile_fully("a")  # condemned
+    machine, domain = leader_fails_while_a_worker_is_admitted(min(accepted_fences()), gpu_leader=True)
     machine.time_passes(seconds=min(machine.fence, ADMISSION_BOUND - 1.0))
     machine.reconcile_fully("a")  # deleted if the fence has passed
     machine.time_passes(seconds=ADMISSION_BOUND)  # the worker lands

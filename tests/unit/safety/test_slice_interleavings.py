@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import jsonpatch
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
@@ -123,13 +122,15 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
         """Create or update a DisaggregatedSet as the API server does: mutating, then validating webhook."""
         name = body["metadata"]["name"]
         self.edits[name] = body.pop("edits")
-        old = self.api.get(keys.DS_PLURAL, NS, name)
-        patch = decisions.ds_patch(body, ENV)
-        mutated = jsonpatch.apply_patch(body, patch)
-        refused = bool(decisions.ds_errors(mutated, old, ENV))
-        if name == PLAIN:
-            self.note_plain_answer(f"DisaggregatedSet {name}", refused=refused, patch=patch)
-        if refused:
+        mutated, old = self.through_webhooks(
+            keys.DS_PLURAL,
+            "DisaggregatedSet",
+            body,
+            mutate=lambda found: decisions.ds_patch(found, ENV),
+            validate=lambda found, before: decisions.ds_errors(found, before, ENV),
+            plain=PLAIN,
+        )
+        if mutated is None:
             return None
         if old is None:
             return self.api.put(keys.DS_PLURAL, mutated, manager="kubectl")

@@ -28,7 +28,6 @@ LWS_RULE = {
     "operations": ["CREATE", "UPDATE"],
     "resources": [keys.LWS_PLURAL],
 }
-POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
 
 
 def ds_concerns_auto_compute_domain(variable: str) -> str:
@@ -92,43 +91,18 @@ LWS_MATCH_CONDITIONS = (webhooks.match_condition("slice-scope-leaderworkerset", 
 
 def configurations(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
     me = keys.DS_CONTROLLER
-    pod_selector = {"matchLabels": {keys.SCOPE_LABEL: keys.SCOPE_SLICE}}
-    return [
-        webhooks.configuration(
-            "MutatingWebhookConfiguration",
-            me,
-            "mutating",
-            [
-                webhooks.entry(
-                    me,
-                    "mutate-disaggregatedset",
-                    DS_RULE,
-                    client_config,
-                    match_conditions=DS_MATCH_CONDITIONS,
-                    reinvocationPolicy="Never",
-                ),
-                webhooks.entry(
-                    me,
-                    "mutate-pod",
-                    POD_RULE,
-                    client_config,
-                    objectSelector=pod_selector,
-                    reinvocationPolicy="IfNeeded",
-                ),
-            ],
-        ),
-        webhooks.configuration(
-            "ValidatingWebhookConfiguration",
-            me,
-            "validating",
-            [
-                webhooks.entry(
-                    me, "validate-disaggregatedset", DS_RULE, client_config, match_conditions=DS_MATCH_CONDITIONS
-                ),
-                webhooks.entry(
-                    me, "validate-leaderworkerset", LWS_RULE, client_config, match_conditions=LWS_MATCH_CONDITIONS
-                ),
-                webhooks.domain_identity_entry(me, client_config),
-            ],
-        ),
+    mutate = webhooks.entry(
+        me,
+        "mutate-disaggregatedset",
+        DS_RULE,
+        client_config,
+        match_conditions=DS_MATCH_CONDITIONS,
+        reinvocationPolicy="Never",
+    )
+    validate = [
+        webhooks.entry(me, "validate-disaggregatedset", DS_RULE, client_config, match_conditions=DS_MATCH_CONDITIONS),
+        webhooks.entry(me, "validate-leaderworkerset", LWS_RULE, client_config, match_conditions=LWS_MATCH_CONDITIONS),
     ]
+    return webhooks.scope_configurations(
+        me, client_config, scope=keys.SCOPE_SLICE, mutating=[mutate], validating=validate
+    )

@@ -132,3 +132,33 @@ def configuration(kind: str, controller: str, suffix: str, entries: list[dict[st
         "metadata": {"name": f"{controller}-{suffix}", "labels": {"app.kubernetes.io/managed-by": controller}},
         "webhooks": entries,
     }
+
+
+def scope_configurations(
+    controller: str,
+    client_config: ClientConfig,
+    *,
+    scope: str,
+    mutating: Sequence[dict[str, Any]],
+    validating: Sequence[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A scope controller's two configurations: its workload webhooks (`mutating`, `validating`), the pod webhook
+    (`scopes.register`'s `mutate-pod`, only for pods stamped with the scope) and the domain identity webhook."""
+    pod_rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    pods = entry(
+        controller,
+        "mutate-pod",
+        pod_rule,
+        client_config,
+        objectSelector={"matchLabels": {keys.SCOPE_LABEL: scope}},
+        reinvocationPolicy="IfNeeded",
+    )
+    return [
+        configuration("MutatingWebhookConfiguration", controller, "mutating", [*mutating, pods]),
+        configuration(
+            "ValidatingWebhookConfiguration",
+            controller,
+            "validating",
+            [*validating, domain_identity_entry(controller, client_config)],
+        ),
+    ]
