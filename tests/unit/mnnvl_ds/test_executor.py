@@ -17,7 +17,7 @@ from mnnvl_ds import planner, scope
 from mnnvl_ds.retries import UpstreamRetries
 from mnnvl_runtime import domains, scopes
 
-from ..safety.memory_api import MemoryApi
+from ..mnnvl_runtime.memory_api import MemoryApi
 from . import build
 
 D0 = build.domain_name(0)

@@ -14,7 +14,7 @@ from mnnvl_api import errors, keys
 from mnnvl_api.decisions import domains
 from mnnvl_ds import admission, decisions
 
-from ..safety.memory_api import MemoryApi
+from ..mnnvl_runtime.memory_api import MemoryApi
 from . import build
 
 D0 = build.domain_name(0)

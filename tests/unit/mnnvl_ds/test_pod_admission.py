@@ -16,8 +16,8 @@ from mnnvl_api.decisions import injection
 from mnnvl_ds import admission, decisions, state
 
 from ..mnnvl_api import pods
-from ..safety import relist
-from ..safety.memory_api import MemoryApi
+from ..mnnvl_runtime import relist
+from ..mnnvl_runtime.memory_api import MemoryApi
 from . import build
 
 D0 = build.domain_name(0)

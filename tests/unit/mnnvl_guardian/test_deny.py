@@ -14,10 +14,10 @@ from mnnvl_guardian import admission, planner
 from mnnvl_runtime import domains as writing
 from mnnvl_runtime import kube
 
-from ..mnnvl_lws import build
+from ..mnnvl_api import domain_builders
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
-DOMAIN = build.domain("dsr1-0-x7k2b")
+DOMAIN = domain_builders.domain("dsr1-0-x7k2b")
 
 
 def at(seconds: float) -> str:
@@ -174,7 +174,7 @@ def test_a_pod_past_its_grace_period_or_terminating_on_a_lost_node_is_named_as_s
 
 def test_fresh_checks_go_through_the_writers_limiter_of_fresh_lists() -> None:
     api = Api([])
-    many = [build.domain(f"d-{n}-abcde") for n in range(3 * writing.FRESH_POD_LISTS_AT_ONCE)]
+    many = [domain_builders.domain(f"d-{n}-abcde") for n in range(3 * writing.FRESH_POD_LISTS_AT_ONCE)]
 
     async def run() -> list[str | None]:
         writer = guardian_writer(api)

@@ -8,7 +8,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import domains
 from mnnvl_guardian import planner, state
 
-from ..mnnvl_lws import build
+from ..mnnvl_api import domain_builders
 
 Action = planner.Action
 
@@ -16,30 +16,36 @@ Action = planner.Action
 @pytest.mark.parametrize(
     ("domain", "in_use", "gate", "expected"),
     [
-        pytest.param(build.domain("d", protected=False), False, True, Action.PROTECT, id="managed-unprotected"),
-        pytest.param(build.domain("d"), True, True, Action.NOTHING, id="managed-protected-live"),
-        pytest.param(build.domain("d", deleting=True), True, True, Action.NOTHING, id="deleting-in-use"),
-        pytest.param(build.domain("d", deleting=True), False, True, Action.RELEASE, id="deleting-unused"),
-        pytest.param(build.domain("d", deleting=True), False, False, Action.NOTHING, id="gate-disabled"),
         pytest.param(
-            build.domain("d", deleting=True, protected=False), False, True, Action.NOTHING, id="already-released"
+            domain_builders.domain("d", protected=False), False, True, Action.PROTECT, id="managed-unprotected"
+        ),
+        pytest.param(domain_builders.domain("d"), True, True, Action.NOTHING, id="managed-protected-live"),
+        pytest.param(domain_builders.domain("d", deleting=True), True, True, Action.NOTHING, id="deleting-in-use"),
+        pytest.param(domain_builders.domain("d", deleting=True), False, True, Action.RELEASE, id="deleting-unused"),
+        pytest.param(domain_builders.domain("d", deleting=True), False, False, Action.NOTHING, id="gate-disabled"),
+        pytest.param(
+            domain_builders.domain("d", deleting=True, protected=False),
+            False,
+            True,
+            Action.NOTHING,
+            id="already-released",
         ),
         pytest.param(
-            build.domain("d", deleting=False, protected=False, manager=keys.DS_CONTROLLER),
+            domain_builders.domain("d", deleting=False, protected=False, manager=keys.DS_CONTROLLER),
             False,
             True,
             Action.PROTECT,
             id="slice-domain",
         ),
         pytest.param(
-            build.domain("d", owner_uid=None, manager=None, protected=False, workload_name=None),
+            domain_builders.domain("d", owner_uid=None, manager=None, protected=False, workload_name=None),
             False,
             True,
             Action.NOTHING,
             id="foreign",
         ),
         pytest.param(
-            build.domain("d", owner_uid=None, manager=None, deleting=True, workload_name=None),
+            domain_builders.domain("d", owner_uid=None, manager=None, deleting=True, workload_name=None),
             False,
             True,
             Action.NOTHING,
@@ -54,7 +60,7 @@ def test_the_guardian_decides_per_domain(
 
 
 def test_a_refusal_names_a_few_pods_and_how_to_proceed() -> None:
-    message = planner.refusal(build.domain("dsr1-0-x7k2b"), ["p5", "p1", "p3", "p2", "p4"])
+    message = planner.refusal(domain_builders.domain("dsr1-0-x7k2b"), ["p5", "p1", "p3", "p2", "p4"])
     assert message == (
         "ComputeDomain dsr1-0-x7k2b is in use by pods p1, p2, p3 and 2 more: deleting it now would tear down IMEX "
         'under them (CUDA error 719). Scale down or delete the workload that owns it (workload "deepseek-r1"); '
@@ -63,8 +69,8 @@ def test_a_refusal_names_a_few_pods_and_how_to_proceed() -> None:
 
 
 def test_unused_or_foreign_domains_are_not_refused() -> None:
-    assert planner.refusal(build.domain("d"), []) is None
-    assert planner.refusal(build.domain("d", owner_uid=None, manager=None, workload_name=None), ["p"]) is None
+    assert planner.refusal(domain_builders.domain("d"), []) is None
+    assert planner.refusal(domain_builders.domain("d", owner_uid=None, manager=None, workload_name=None), ["p"]) is None
 
 
 def pod(name: str, template: str, phase: str = "Running", uid: str | None = None) -> dict[str, object]:
@@ -77,7 +83,7 @@ def pod(name: str, template: str, phase: str = "Running", uid: str | None = None
 
 def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
     stores = state.Stores()
-    assert stores.domain_mirror.observe(build.domain_object("d1"), deleted=False) == [("serving", "d1")]
+    assert stores.domain_mirror.observe(domain_builders.domain_object("d1"), deleted=False) == [("serving", "d1")]
     assert stores.pod_mirror.observe(pod("p", "d1-channel"), deleted=False) == [("serving", "d1")]
     facts = stores.domain(("serving", "d1"))
     assert facts is not None
@@ -90,7 +96,7 @@ def test_pod_events_point_at_the_domains_whose_use_changed() -> None:
 
 def test_a_cpu_only_pod_that_records_a_domain_keeps_it_in_use() -> None:
     stores = state.Stores()
-    stores.domain_mirror.observe(build.domain_object("d1"), deleted=False)
+    stores.domain_mirror.observe(domain_builders.domain_object("d1"), deleted=False)
     leader = {
         "metadata": {
             "name": "cpu-leader",
@@ -110,7 +116,7 @@ def test_a_cpu_only_pod_that_records_a_domain_keeps_it_in_use() -> None:
 def test_a_late_deletion_of_an_old_pod_does_not_hide_its_same_named_successor() -> None:
     """kopf orders events per uid only: the old pod's DELETED may be handled after its successor's ADDED."""
     stores = state.Stores()
-    stores.domain_mirror.observe(build.domain_object("d1"), deleted=False)
+    stores.domain_mirror.observe(domain_builders.domain_object("d1"), deleted=False)
     facts = stores.domain(("serving", "d1"))
     assert facts is not None
     stores.pod_mirror.observe(pod("p", "d1-channel", uid="new"), deleted=False)
@@ -124,14 +130,14 @@ def test_a_late_deletion_of_an_old_pod_does_not_hide_its_same_named_successor() 
         pytest.param(lambda meta: meta.update(labels={}), id="unlabelled"),
         pytest.param(lambda meta: meta.update(managedFields=[]), id="no-recorded-creator"),
         pytest.param(
-            lambda meta: meta.update(managedFields=build.managed_fields("kubectl-label", *meta["labels"])),
+            lambda meta: meta.update(managedFields=domain_builders.managed_fields("kubectl-label", *meta["labels"])),
             id="relabelled-by-someone-else",
         ),
     ],
 )
 def test_foreign_domains_are_not_stored(change: Any) -> None:
     stores = state.Stores()
-    foreign = build.domain_object("f")
+    foreign = domain_builders.domain_object("f")
     change(foreign["metadata"])
     assert stores.domain_mirror.observe(foreign, deleted=False) == []
     assert stores.domain_keys() == []

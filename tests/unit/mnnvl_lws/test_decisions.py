@@ -10,7 +10,7 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection, opt_in, ownership
 from mnnvl_lws import decisions
 
-from ..mnnvl_api import pods
+from ..mnnvl_api import domain_builders, pods
 from . import build
 
 WORKER_META = "/spec/leaderWorkerTemplate/workerTemplate/metadata"
@@ -426,21 +426,23 @@ def test_a_foreign_scope_label_is_rejected() -> None:
 
 def test_upstreams_record_of_a_stamped_revision_says_it_was_opted_in() -> None:
     found = decisions.template_revision(build.controller_revision(stamped(build.opted_in()), "old"))
-    assert found == decisions.TemplateRevision(lws="deepseek-r1", lws_uid=build.UID, hash="old", stamped=True)
-    assert decisions.revision_opted_in([found], lws_uid=build.UID, revision_hash="old")
+    assert found == decisions.TemplateRevision(lws="deepseek-r1", lws_uid=domain_builders.UID, hash="old", stamped=True)
+    assert decisions.revision_opted_in([found], lws_uid=domain_builders.UID, revision_hash="old")
 
 
 @pytest.mark.parametrize(
     ("revision", "lws_uid", "revision_hash"),
     [
-        pytest.param(build.controller_revision(build.lws(), "new"), build.UID, "new", id="not-stamped"),
+        pytest.param(build.controller_revision(build.lws(), "new"), domain_builders.UID, "new", id="not-stamped"),
         pytest.param(
             build.controller_revision(stamped(build.opted_in()), "old"),
             "a-later-lws-of-that-name",
             "old",
             id="an-earlier-lws-of-the-same-name",
         ),
-        pytest.param(build.controller_revision(stamped(build.opted_in()), "old"), build.UID, "new", id="other-hash"),
+        pytest.param(
+            build.controller_revision(stamped(build.opted_in()), "old"), domain_builders.UID, "new", id="other-hash"
+        ),
     ],
 )
 def test_a_revision_counts_as_opted_in_only_when_stamped_and_of_this_lws_and_hash(

@@ -14,7 +14,7 @@ from mnnvl_lws import planner, scope
 from mnnvl_runtime import domains, executing, kube, scopes
 
 from ..mnnvl_runtime import fakes
-from ..safety.memory_api import MemoryApi
+from ..mnnvl_runtime.memory_api import MemoryApi
 
 NS = "serving"
 LWS = "dsr1"

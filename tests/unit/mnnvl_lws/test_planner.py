@@ -8,6 +8,7 @@ from mnnvl_api import events, keys
 from mnnvl_api.decisions import domains, plans
 from mnnvl_lws import planner
 
+from ..mnnvl_api import domain_builders
 from . import build
 
 D0 = "deepseek-r1-0-x7k2b"
@@ -17,7 +18,7 @@ D1 = "deepseek-r1-1-qqqqq"
 
 def expected_labels(group: str) -> dict[str, str]:
     return {
-        keys.OWNER_UID_LABEL: build.UID,
+        keys.OWNER_UID_LABEL: domain_builders.UID,
         keys.MANAGED_BY_LABEL: keys.LWS_CONTROLLER,
         keys.SCOPE_LABEL: keys.SCOPE_REPLICA,
         keys.WORKLOAD_NAME_LABEL: "deepseek-r1",
@@ -41,8 +42,10 @@ def test_each_live_leader_incarnation_gets_its_domain_created_with_our_labels() 
 
 def test_pods_stay_gated_until_the_claim_template_exists() -> None:
     pods = (build.leader(0, D0, gated=True), build.worker(0, 1, D0, gated=True))
-    assert planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), templates=())) == plans.Plan()
-    ready = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
+    assert (
+        planner.plan(build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0),), templates=())) == plans.Plan()
+    )
+    ready = planner.plan(build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0),)))
     assert ready == plans.Plan(
         ungate=(
             plans.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0", gate_at=0),
@@ -53,14 +56,16 @@ def test_pods_stay_gated_until_the_claim_template_exists() -> None:
 
 def test_a_terminating_domain_releases_no_pods() -> None:
     pods = (build.leader(0, D0, gated=True),)
-    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0, deleting=True),), in_use=(D0,)))
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0, deleting=True),), in_use=(D0,)))
     assert plan.ungate == ()
 
 
 def test_a_replaced_leader_gets_a_new_domain_and_the_unreferenced_old_one_is_deleted() -> None:
     plan = planner.plan(
         build.snapshot(
-            pods_=(build.leader(0, D0_NEW, gated=True),), domains_=(build.domain(D0),), templates=(f"{D0}-channel",)
+            pods_=(build.leader(0, D0_NEW, gated=True),),
+            domains_=(domain_builders.domain(D0),),
+            templates=(f"{D0}-channel",),
         )
     )
     assert [d.name for d in plan.create] == [D0_NEW]
@@ -70,7 +75,9 @@ def test_a_replaced_leader_gets_a_new_domain_and_the_unreferenced_old_one_is_del
 def test_an_obsolete_domain_still_referenced_by_a_pod_is_kept() -> None:
     plan = planner.plan(
         build.snapshot(
-            pods_=(build.leader(0, D0_NEW),), domains_=(build.domain(D0), build.domain(D0_NEW)), in_use=(D0,)
+            pods_=(build.leader(0, D0_NEW),),
+            domains_=(domain_builders.domain(D0), domain_builders.domain(D0_NEW)),
+            in_use=(D0,),
         )
     )
     assert plan.delete == ()
@@ -88,17 +95,19 @@ def test_a_domain_recorded_by_a_terminating_leader_is_not_obsolete() -> None:
         terminal=False,
         deleting=True,
     )
-    assert planner.plan(build.snapshot(pods_=(leaving,), domains_=(build.domain(D0),))).delete == ()
+    assert planner.plan(build.snapshot(pods_=(leaving,), domains_=(domain_builders.domain(D0),))).delete == ()
 
 
 def test_a_deleted_domain_is_released_only_when_unreferenced() -> None:
-    deleting = build.domain(D0, deleting=True)
+    deleting = domain_builders.domain(D0, deleting=True)
     assert planner.plan(build.snapshot(domains_=(deleting,), in_use=(D0,))).release == ()
     assert planner.plan(build.snapshot(domains_=(deleting,))).release == (D0,)
 
 
 def test_when_the_lws_is_gone_its_domains_go_once_unreferenced() -> None:
-    plan = planner.plan(build.snapshot(domains_=(build.domain(D0), build.domain(D1)), in_use=(D1,), gone=True))
+    plan = planner.plan(
+        build.snapshot(domains_=(domain_builders.domain(D0), domain_builders.domain(D1)), in_use=(D1,), gone=True)
+    )
     assert plan == plans.Plan(delete=(D0,))
 
 
@@ -112,9 +121,9 @@ def test_a_deleting_lws_creates_nothing_new() -> None:
 @pytest.mark.parametrize(
     "foreign",
     [
-        pytest.param(build.domain(D0, owner_uid=None, manager=None, workload_name=None), id="unmanaged"),
-        pytest.param(build.domain(D0, owner_uid="someone-else"), id="other-owner-uid"),
-        pytest.param(build.domain(D0, manager=keys.DS_CONTROLLER), id="other-controller"),
+        pytest.param(domain_builders.domain(D0, owner_uid=None, manager=None, workload_name=None), id="unmanaged"),
+        pytest.param(domain_builders.domain(D0, owner_uid="someone-else"), id="other-owner-uid"),
+        pytest.param(domain_builders.domain(D0, manager=keys.DS_CONTROLLER), id="other-controller"),
     ],
 )
 def test_a_foreign_domain_with_the_generated_name_is_not_adopted(foreign: object) -> None:
@@ -131,20 +140,22 @@ def test_a_foreign_domain_with_the_generated_name_is_not_adopted(foreign: object
 def test_with_the_gate_disabled_nothing_is_done() -> None:
     snapshot = build.snapshot(
         pods_=(build.leader(0, D0_NEW, gated=True),),
-        domains_=(build.domain(D0), build.domain(D1, deleting=True)),
+        domains_=(domain_builders.domain(D0), domain_builders.domain(D1, deleting=True)),
         gate_enabled=False,
     )
     assert planner.plan(snapshot) == plans.Plan()
 
 
 def test_domains_of_other_workloads_are_never_touched() -> None:
-    other = build.domain("other-0-bbbbb", workload_name="other")
+    other = domain_builders.domain("other-0-bbbbb", workload_name="other")
     assert planner.plan(build.snapshot(domains_=(other,))) == plans.Plan()
 
 
 def test_a_converged_snapshot_yields_an_empty_plan() -> None:
     pods = (build.leader(0, D0), build.worker(0, 1, D0), build.leader(1, D1))
-    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0), build.domain(D1)), in_use=(D0, D1)))
+    plan = planner.plan(
+        build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0), domain_builders.domain(D1)), in_use=(D0, D1))
+    )
     assert plan.empty
 
 
@@ -159,30 +170,32 @@ def test_terminal_or_terminating_pods_are_never_ungated() -> None:
     leaving = dataclasses.replace(build.worker(0, 2, D0, gated=True), deleting=True)
     waiting = build.worker(0, 3, D0, gated=True)
     pods = (build.leader(0, D0), finished, leaving, waiting)
-    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),)))
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0),)))
     assert plan.ungate == (plans.PodRef(name="deepseek-r1-0-3", uid="uid-deepseek-r1-0-3", gate_at=0),)
 
 
 def test_a_worker_is_ungated_only_onto_its_live_leaders_domain() -> None:
     stray = build.worker(0, 1, D0, gated=True)
     pods = (build.leader(0, D0_NEW), stray)
-    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0), build.domain(D0_NEW))))
+    plan = planner.plan(
+        build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0), domain_builders.domain(D0_NEW)))
+    )
     assert plan.ungate == ()
 
 
 def test_a_condemned_domain_releases_no_pod_and_is_lifted_while_wanted() -> None:
     pods = (build.leader(0, D0, gated=True),)
-    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0, condemned=True),)))
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0, condemned=True),)))
     assert plan == plans.Plan(uncondemn=(D0,))
 
 
 def test_a_domain_recorded_by_a_live_pod_is_in_use_without_any_claim() -> None:
-    plan = planner.plan(build.snapshot(domains_=(build.domain(D0),), recorded=(D0,), gone=True))
+    plan = planner.plan(build.snapshot(domains_=(domain_builders.domain(D0),), recorded=(D0,), gone=True))
     assert plan == plans.Plan()
 
 
 def test_only_an_opted_in_workload_gets_domains() -> None:
-    not_opted = planner.Workload(namespace="serving", name="deepseek-r1", uid=build.UID, opted_in=False)
+    not_opted = planner.Workload(namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False)
     plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True),), workload_=not_opted))
     assert plan.create == ()
 
@@ -190,12 +203,12 @@ def test_only_an_opted_in_workload_gets_domains() -> None:
 def test_after_opting_out_a_restarted_group_of_an_opted_in_revision_gets_its_domain_and_is_released() -> None:
     """Upstream recreates a group the rollout has not reached from its old, stamped revision: that group keeps
     its revision's semantics, a new domain for the new incarnation, while the other groups' domains stay."""
-    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=build.UID, opted_in=False)
+    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False)
     restarted = build.leader(0, D0_NEW, gated=True, revision="old")
     running = build.leader(1, D1, revision="old")
     waiting = build.snapshot(
         pods_=(restarted, running),
-        domains_=(build.domain(D0), build.domain(D1)),
+        domains_=(domain_builders.domain(D0), domain_builders.domain(D1)),
         in_use=(D0, D1),
         workload_=opted_out,
         stamped_revisions=("old",),
@@ -203,13 +216,13 @@ def test_after_opting_out_a_restarted_group_of_an_opted_in_revision_gets_its_dom
     plan = planner.plan(waiting)
     assert [created.name for created in plan.create] == [D0_NEW]
     assert plan.delete == ()  # the old incarnation's domain is still in use, and the other group's is wanted
-    ready = dataclasses.replace(waiting, domains={**waiting.domains, D0_NEW: build.domain(D0_NEW)})
+    ready = dataclasses.replace(waiting, domains={**waiting.domains, D0_NEW: domain_builders.domain(D0_NEW)})
     ready = dataclasses.replace(ready, existing_templates=ready.existing_templates | {f"{D0_NEW}-channel"})
     assert planner.plan(ready).ungate == (plans.PodRef(name="deepseek-r1-0", uid="uid-deepseek-r1-0", gate_at=0),)
 
 
 def test_after_opting_out_a_leader_of_a_revision_that_was_not_opted_in_gets_no_domain() -> None:
-    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=build.UID, opted_in=False)
+    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False)
     pods = (build.leader(0, D0, gated=True, revision="new"),)
     plan = planner.plan(build.snapshot(pods_=pods, workload_=opted_out, stamped_revisions=("old",)))
     assert plan.create == ()
@@ -229,7 +242,7 @@ def test_a_leader_being_deleted_gets_no_new_domain() -> None:
 def test_a_pod_running_without_its_channel_claim_is_reported() -> None:
     unprotected = dataclasses.replace(build.worker(0, 1, D0), missing_claim=True)
     pods = (build.leader(0, D0), unprotected)
-    plan = planner.plan(build.snapshot(pods_=pods, domains_=(build.domain(D0),), in_use=(D0,)))
+    plan = planner.plan(build.snapshot(pods_=pods, domains_=(domain_builders.domain(D0),), in_use=(D0,)))
     assert [w.reason for w in plan.warnings] == [events.POD_WITHOUT_CHANNEL_CLAIM_REASON]
     assert "deepseek-r1-0-1" in plan.warnings[0].message
 
@@ -237,10 +250,12 @@ def test_a_pod_running_without_its_channel_claim_is_reported() -> None:
 @pytest.mark.parametrize(
     "look_alike",
     [
-        pytest.param(build.domain(D0, created_by="kubectl-label"), id="labelled-by-someone-else"),
-        pytest.param(build.domain(D0, created_by=None), id="no-recorded-creator"),
-        pytest.param(dataclasses.replace(build.domain(D0), group="1"), id="name-not-derived-from-its-group"),
-        pytest.param(dataclasses.replace(build.domain(D0), claim_template="someone-elses"), id="other-template"),
+        pytest.param(domain_builders.domain(D0, created_by="kubectl-label"), id="labelled-by-someone-else"),
+        pytest.param(domain_builders.domain(D0, created_by=None), id="no-recorded-creator"),
+        pytest.param(dataclasses.replace(domain_builders.domain(D0), group="1"), id="name-not-derived-from-its-group"),
+        pytest.param(
+            dataclasses.replace(domain_builders.domain(D0), claim_template="someone-elses"), id="other-template"
+        ),
     ],
 )
 def test_a_domain_that_only_looks_like_ours_is_never_deleted_or_released(look_alike: object) -> None:

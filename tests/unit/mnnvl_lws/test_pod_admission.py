@@ -13,8 +13,9 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
 from mnnvl_lws import admission, decisions, state
 
-from ..safety import relist
-from ..safety.memory_api import MemoryApi
+from ..mnnvl_api import domain_builders
+from ..mnnvl_runtime import relist
+from ..mnnvl_runtime.memory_api import MemoryApi
 from . import build
 
 
@@ -82,7 +83,7 @@ def running_group(api: MemoryApi, *, recorded: str | None = DOMAIN) -> dict[str,
         {"metadata": {"name": "deepseek-r1-0", "namespace": "serving", "ownerReferences": [owner]}},
         manager="lws",
     )
-    domain = build.domain_object(DOMAIN)
+    domain = domain_builders.domain_object(DOMAIN)
     domain["metadata"]["labels"][keys.OWNER_UID_LABEL] = stored_uid(api, keys.LWS_PLURAL, "deepseek-r1")
     api.put(keys.COMPUTE_DOMAIN_PLURAL, domain, manager=keys.LWS_CONTROLLER)
     worker = build.pod("deepseek-r1-0-1", leader="deepseek-r1-0")

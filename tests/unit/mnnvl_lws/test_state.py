@@ -12,6 +12,7 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains
 from mnnvl_lws import decisions, planner, state
 
+from ..mnnvl_api import domain_builders
 from . import build
 
 D_OLD = "deepseek-r1-2-ccccc"
@@ -45,7 +46,7 @@ def test_whatever_the_order_no_stale_pod_keeps_an_obsolete_domain(events: list[t
     stores = state.Stores()
     stores.workload_mirror.observe(build.opted_in(), deleted=False)
     for name in (D_OLD, D_NEW):
-        stores.domain_mirror.observe(build.domain_object(name, group=2), deleted=False)
+        stores.domain_mirror.observe(domain_builders.domain_object(name, group=2), deleted=False)
     for pod, deleted in events:
         stores.pod_mirror.observe(pod, deleted=deleted)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
@@ -56,7 +57,7 @@ def test_whatever_the_order_no_stale_pod_keeps_an_obsolete_domain(events: list[t
 def test_a_late_deletion_of_the_old_leader_does_not_hide_the_new_one() -> None:
     stores = state.Stores()
     stores.workload_mirror.observe(build.opted_in(), deleted=False)
-    stores.domain_mirror.observe(build.domain_object(D_OLD, group=2), deleted=False)
+    stores.domain_mirror.observe(domain_builders.domain_object(D_OLD, group=2), deleted=False)
     stores.pod_mirror.observe(leader("new", D_NEW), deleted=False)
     stores.pod_mirror.observe(leader("old", D_OLD), deleted=True)
     snapshot = stores.snapshot("serving", "deepseek-r1", gate_enabled=True)
@@ -84,7 +85,7 @@ def fed(*domains_: str) -> state.Stores:
     stores = state.Stores()
     stores.workload_mirror.observe(build.opted_in(), deleted=False)
     for name in domains_:
-        stores.domain_mirror.observe(build.domain_object(name, group=int(name.split("-")[-2])), deleted=False)
+        stores.domain_mirror.observe(domain_builders.domain_object(name, group=int(name.split("-")[-2])), deleted=False)
     return stores
 
 
@@ -127,7 +128,7 @@ def test_events_of_a_domain_and_its_template_queue_every_workload_that_uses_it()
     borrower = gpu_pod("other-0", D_OLD, uid="b")
     borrower["metadata"]["labels"][keys.LWS_NAME_LABEL] = "other"
     stores.pod_mirror.observe(borrower, deleted=False)
-    queued = stores.domain_mirror.observe(build.domain_object(D_OLD, group=2), deleted=False)
+    queued = stores.domain_mirror.observe(domain_builders.domain_object(D_OLD, group=2), deleted=False)
     assert queued == [("serving", "deepseek-r1"), ("serving", "other")]
     queued = stores.template_mirror.observe(template(names.claim_template_name(D_OLD)), deleted=False)
     assert queued == [("serving", "deepseek-r1"), ("serving", "other")]

@@ -10,11 +10,9 @@ import kopf
 import pytest
 
 from mnnvl_api import keys
-from mnnvl_ds import registration as ds_registration
-from mnnvl_lws import registration as lws_registration
 from mnnvl_runtime import admission, webhooks
 
-from ..safety.memory_api import MemoryApi, MemoryClient
+from .memory_api import MemoryApi, MemoryClient
 
 OURS = "system:serviceaccount:mnnvl-system:mnnvl-lws"
 AS_US = {
@@ -74,15 +72,14 @@ def test_a_write_that_is_not_as_our_field_manager_never_asks_who_we_are() -> Non
 
 
 @pytest.mark.parametrize(
-    ("registration", "controller"),
-    [(lws_registration, keys.LWS_CONTROLLER), (ds_registration, keys.DS_CONTROLLER)],
+    ("controller", "scope"), [(keys.LWS_CONTROLLER, keys.SCOPE_REPLICA), (keys.DS_CONTROLLER, keys.SCOPE_SLICE)]
 )
-def test_each_scope_controller_guards_its_own_domains_only(registration: Any, controller: str) -> None:
-    [validating] = [
-        c
-        for c in registration.configurations(lambda path: {"path": path})
-        if c["kind"] == "ValidatingWebhookConfiguration"
-    ]
+def test_each_scope_controller_guards_its_own_domains_only(controller: str, scope: str) -> None:
+    """What `webhooks.scope_configurations` (every scope controller's registration) registers for domains."""
+    configurations = webhooks.scope_configurations(
+        controller, lambda path: {"path": path}, scope=scope, mutating=[], validating=[]
+    )
+    [validating] = [c for c in configurations if c["kind"] == "ValidatingWebhookConfiguration"]
     [webhook] = [w for w in validating["webhooks"] if w["name"].startswith(webhooks.DOMAIN_IDENTITY_WEBHOOK)]
     assert webhook["objectSelector"] == {"matchLabels": {keys.MANAGED_BY_LABEL: controller}}
     assert webhook["rules"] == [webhooks.DOMAIN_WRITE_RULE]

@@ -10,11 +10,10 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains
-from mnnvl_guardian import executor as guardian_executor
 from mnnvl_runtime import domains as writing
 from mnnvl_runtime import kube
 
-from ..safety.memory_api import DELETED_AT, MemoryApi
+from .memory_api import DELETED_AT, MemoryApi
 
 NS = "serving"
 NAME = "dsr1-0-bbbbb"
@@ -174,26 +173,6 @@ def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_pr
     )
     assert "RBAC" not in event["message"]
     assert counted._value.get() == before  # not a write error of ours
-
-
-def test_the_guardian_adds_its_finalizer_only_to_the_version_it_read() -> None:
-    """A finalizer another controller adds meanwhile is never replaced: the patch is tested on resourceVersion."""
-    api = MemoryApi()
-    manifest = domain_manifest()
-    del manifest["metadata"]["finalizers"]
-    read = api.put(keys.COMPUTE_DOMAIN_PLURAL, manifest, manager=keys.LWS_CONTROLLER)
-    patch = guardian_executor.protection_patch(read)
-    assert patch is not None
-    api.update(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME, lambda b: b["metadata"].__setitem__("finalizers", ["other/one"]))
-    client = api.client(keys.GUARDIAN_CONTROLLER)
-    with pytest.raises(kube.ApiError) as refused:
-        asyncio.run(client.apatch(writing.domain_path(NS, NAME), patch, content_type=kube.JSON_PATCH))
-    assert refused.value.status == 422
-    path = writing.domain_path(NS, NAME)
-    asyncio.run(client.amodify(path, guardian_executor.protection_patch))
-    found = api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
-    assert found is not None
-    assert found["metadata"]["finalizers"] == ["other/one", keys.PROTECTION_FINALIZER]
 
 
 def gated_pod(api: MemoryApi, gates: list[str]) -> Any:

@@ -16,7 +16,7 @@ from mnnvl_api.decisions import domains
 from mnnvl_runtime import domains as writing
 from mnnvl_runtime import kube
 
-from ..safety.memory_api import MemoryApi, MemoryClient
+from .memory_api import MemoryApi, MemoryClient
 
 NS = "serving"
 NAME = "dsr1-0-bbbbb"

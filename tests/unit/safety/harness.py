@@ -75,9 +75,10 @@ from mnnvl_api.decisions import injection, references
 from mnnvl_runtime import domains, kube, stores
 from mnnvl_runtime.stores import Mirror, NamespacedName
 
-from . import memory_api, settings
-from .memory_api import MemoryApi, MemoryClient, Object
-from .relist import Stream
+from ..mnnvl_runtime import memory_api
+from ..mnnvl_runtime.memory_api import MemoryApi, MemoryClient, Object
+from ..mnnvl_runtime.relist import Stream
+from . import settings
 
 NS = "serving"
 #: The longest a pod's creation can take from our webhook's reads to the pod being persisted: the API server's

@@ -20,9 +20,9 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import domains
 from mnnvl_runtime import admission
 
+from ..mnnvl_runtime.memory_api import MemoryApi, Object
 from ..mnnvl_runtime.test_domain_identity import Reviews
 from . import settings
-from .memory_api import MemoryApi, Object
 from .worlds import NS, mostly
 
 NAME = "w-0-x7k2b"

@@ -18,8 +18,8 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import domains
 from mnnvl_guardian import planner, state
 
+from ..mnnvl_runtime.memory_api import Object
 from . import settings
-from .memory_api import Object
 
 NS = "serving"
 MANAGERS = (keys.LWS_CONTROLLER, keys.DS_CONTROLLER, "kubectl", None)

@@ -66,6 +66,7 @@ from mnnvl_runtime import controller, domains, identity, kube, leases
 from mnnvl_runtime import settings as process_settings
 from mnnvl_runtime.stores import NamespacedName
 
+from ..mnnvl_runtime.memory_api import MemoryClient, Object
 from . import settings
 from .harness import (
     DEPOSED,
@@ -78,7 +79,6 @@ from .harness import (
     Replica,
     domain_manifest,
 )
-from .memory_api import MemoryClient, Object
 
 CD = keys.COMPUTE_DOMAIN_PLURAL
 PROTECTION = keys.PROTECTION_FINALIZER

@@ -35,6 +35,7 @@ from mnnvl_api.decisions import opt_in, references
 from mnnvl_lws import admission, decisions, planner, scope, state
 from mnnvl_runtime import scopes
 
+from ..mnnvl_runtime.memory_api import Object
 from . import settings
 from .harness import (
     ADMISSION_BOUND,
@@ -50,7 +51,6 @@ from .harness import (
     campaign,
     with_rules,
 )
-from .memory_api import Object
 
 LWS = "dsr1"
 PLAIN = "plain"

@@ -33,8 +33,8 @@ from mnnvl_api import keys, names
 from mnnvl_lws import admission, planner, state
 
 from ..mnnvl_api import pods
+from ..mnnvl_runtime.memory_api import DELETED_AT, MemoryApi, Object
 from . import settings
-from .memory_api import DELETED_AT, MemoryApi, Object
 from .worlds import (
     NS,
     THEIRS,

@@ -11,6 +11,7 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, plans
 from mnnvl_lws import planner
 
+from ..mnnvl_api import domain_builders
 from ..mnnvl_lws import build
 from .settings import PURE_SEARCH, RARELY
 
@@ -56,9 +57,13 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
             continue
         kind = draw(st.sampled_from(("ours", "ours", "previous incarnation", "look-alike", "foreign")))
         domains.append(
-            build.domain(
+            domain_builders.domain(
                 name,
-                owner_uid=None if kind == "foreign" else build.UID if kind != "previous incarnation" else "old-uid",
+                owner_uid=None
+                if kind == "foreign"
+                else domain_builders.UID
+                if kind != "previous incarnation"
+                else "old-uid",
                 manager=None if kind == "foreign" else keys.LWS_CONTROLLER,
                 created_by="kubectl" if kind == "look-alike" else "manager",
                 deleting=draw(RARELY),
@@ -76,7 +81,7 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
         in_use=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
         recorded=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
         workload_=planner.Workload(
-            namespace="serving", name=LWS, uid=build.UID, deleting=draw(RARELY), opted_in=opted_in
+            namespace="serving", name=LWS, uid=domain_builders.UID, deleting=draw(RARELY), opted_in=opted_in
         ),
         gate_enabled=not draw(RARELY),
         gone=draw(RARELY),

@@ -31,8 +31,8 @@ from mnnvl_api import keys, names
 from mnnvl_ds import admission, planner, state
 
 from ..mnnvl_api import pods
+from ..mnnvl_runtime.memory_api import MemoryApi, Object
 from . import settings
-from .memory_api import MemoryApi, Object
 from .worlds import (
     NS,
     THEIRS,

@@ -33,6 +33,7 @@ from mnnvl_ds import admission, decisions, planner, scope, state
 from mnnvl_ds.retries import UpstreamRetries
 from mnnvl_runtime import scopes
 
+from ..mnnvl_runtime.memory_api import Object
 from . import settings
 from .harness import (
     ADMISSION_BOUND,
@@ -46,7 +47,6 @@ from .harness import (
     accepted_fences,
     campaign,
 )
-from .memory_api import Object
 
 DS = "llm"
 PLAIN = "plain"

@@ -63,10 +63,10 @@ from mnnvl_ds import state as ds_state
 from mnnvl_lws import state as lws_state
 from mnnvl_runtime import kube, stores
 
+from ..mnnvl_runtime.memory_api import MemoryApi, MemoryClient, Object, Snapshot
+from ..mnnvl_runtime.relist import Stream
 from . import settings
 from .harness import NS
-from .memory_api import MemoryApi, MemoryClient, Object, Snapshot
-from .relist import Stream
 
 PODS = ("p0", "p1", "p2")
 DOMAINS = ("d0", "d1")

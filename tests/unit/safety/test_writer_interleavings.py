@@ -33,9 +33,10 @@ from mnnvl_api.decisions import domains
 from mnnvl_api.models import computedomain
 from mnnvl_runtime import domains as writing
 
-from . import memory_api, settings
+from ..mnnvl_runtime import memory_api
+from ..mnnvl_runtime.memory_api import MemoryApi, Object
+from . import settings
 from .harness import RETRIED, campaign
-from .memory_api import MemoryApi, Object
 
 NS = "serving"
 NAME = "dsr1-0-bbbbb"

@@ -18,8 +18,8 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
 from mnnvl_runtime import stores
 
+from ..mnnvl_runtime.memory_api import MemoryApi, Object
 from . import settings
-from .memory_api import MemoryApi, Object
 
 NS = "serving"
 T = TypeVar("T")

@@ -1,0 +1,61 @@
+"""Each controller's watches reach the API server with the label selectors its stores declare
+(`mnnvl_runtime.watches`): objects no handler would accept are never sent. Top-level: it reads every controller."""
+
+from __future__ import annotations
+
+import pathlib
+
+import kopf
+import pytest
+
+from mnnvl_api import keys, models
+from mnnvl_ds import scope as ds_scope
+from mnnvl_guardian import handlers as guardian_handlers
+from mnnvl_lws import scope as lws_scope
+from mnnvl_runtime import controller, identity, operator
+
+PODS = kopf.Resource("", "v1", "pods", kind="Pod", namespaced=True)
+COMPUTE_DOMAINS = kopf.Resource(
+    keys.COMPUTE_DOMAIN_GROUP, keys.COMPUTE_DOMAIN_VERSION, keys.COMPUTE_DOMAIN_PLURAL, kind="ComputeDomain"
+)
+LEADER_WORKER_SETS = kopf.Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", kind="LeaderWorkerSet")
+CONTROLLER_REVISIONS = kopf.Resource("apps", "v1", "controllerrevisions", kind="ControllerRevision")
+MANAGED = f"{keys.MANAGED_BY_LABEL} in ({keys.DS_CONTROLLER},{keys.LWS_CONTROLLER})"
+
+
+def watch_selectors(selectors: controller.WatchSelectors) -> kopf.OperatorSettings:
+    return operator.kopf_settings(
+        identity.Identity(keys.LWS_CONTROLLER),
+        models.Configuration(),
+        certfile=pathlib.Path("tls.crt"),
+        keyfile=pathlib.Path("tls.key"),
+        watch_selectors=selectors,
+    )
+
+
+@pytest.mark.parametrize(
+    ("selectors", "resource", "expected"),
+    [
+        pytest.param(lws_scope.CONTROLLER.watch_selectors, PODS, [keys.SCOPE_LABEL], id="lws-pods"),
+        pytest.param(lws_scope.CONTROLLER.watch_selectors, COMPUTE_DOMAINS, [], id="lws-sees-every-domain"),
+        pytest.param(lws_scope.CONTROLLER.watch_selectors, LEADER_WORKER_SETS, [], id="lws-workloads"),
+        pytest.param(
+            lws_scope.CONTROLLER.watch_selectors,
+            CONTROLLER_REVISIONS,
+            [keys.LWS_TEMPLATE_REVISION_HASH_LABEL],
+            id="lws-template-revisions",
+        ),
+        pytest.param(
+            ds_scope.CONTROLLER.watch_selectors, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], id="ds-pods"
+        ),
+        pytest.param(ds_scope.CONTROLLER.watch_selectors, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], id="ds-children"),
+        pytest.param(ds_scope.CONTROLLER.watch_selectors, COMPUTE_DOMAINS, [], id="ds-sees-every-domain"),
+        pytest.param(guardian_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="guardian-pods"),
+        pytest.param(guardian_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [MANAGED], id="guardian-managed-domains"),
+    ],
+)
+def test_the_api_server_filters_what_each_controller_watches(
+    selectors: controller.WatchSelectors, resource: kopf.Resource, expected: list[str]
+) -> None:
+    """The selectors reach kopf's watch requests for exactly the resources they name."""
+    assert watch_selectors(selectors).watching.label_selectors.collect(resource) == expected
