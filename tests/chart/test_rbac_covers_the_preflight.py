@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mnnvl_api import keys
-from mnnvl_runtime import preflight
+from mnnvl_runtime import preflight, scopes
 
 from .conftest import by_kind
 
@@ -21,6 +21,16 @@ def entry_point(controller: str) -> ModuleType:
         # mnnvl_guardian.admission still passes kopf's deprecated `operation=`; importing it only warns.
         warnings.filterwarnings("ignore", "operation= is deprecated", DeprecationWarning)
         return importlib.import_module(f"mnnvl_{controller}.__main__")
+
+
+def preflight_accesses(controller: str) -> list[preflight.Access]:
+    """What the controller's start-up check asks for, with the gate on: a scope controller's from its `Scope`."""
+    if controller in ("lws", "ds"):
+        scope: scopes.Scope[Any, Any] = importlib.import_module(f"mnnvl_{controller}.scope").SCOPE
+        verbs, reads = scopes.COMPUTE_DOMAIN_VERBS, scope.reads
+    else:
+        verbs, reads = entry_point(controller).COMPUTE_DOMAIN_VERBS, ()
+    return [preflight.Access(group=keys.COMPUTE_DOMAIN_GROUP, resource=keys.COMPUTE_DOMAIN_PLURAL, verbs=verbs), *reads]
 
 
 def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -37,13 +47,7 @@ def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -
 def test_each_controllers_cluster_role_grants_what_its_preflight_checks(
     rendered: dict[str, list[dict[str, Any]]], controller: str
 ) -> None:
-    module = entry_point(controller)
-    wanted = [
-        preflight.Access(
-            group=keys.COMPUTE_DOMAIN_GROUP, resource=keys.COMPUTE_DOMAIN_PLURAL, verbs=module.COMPUTE_DOMAIN_VERBS
-        ),
-        *getattr(module, "READS", ()),
-    ]
+    wanted = preflight_accesses(controller)
     rules = by_kind(rendered["all-on"], "ClusterRole")[f"mnnvl-{controller}"]["rules"]
     missing = [
         f"{verb} {access.resource}.{access.group}"
