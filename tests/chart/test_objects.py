@@ -10,7 +10,7 @@ import pytest
 
 # The modules that define metrics register them on the shared registry when imported.
 from mnnvl_guardian import telemetry  # noqa: F401
-from mnnvl_runtime import domains, executing, metrics, stores  # noqa: F401
+from mnnvl_runtime import domain_writer, executing, metrics, stores  # noqa: F401
 
 from .conftest import Render, by_kind, configuration_of, one
 

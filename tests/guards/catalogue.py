@@ -78,11 +78,11 @@ def slice_scope(test: str) -> str:
 
 
 GUARDS: tuple[Guard, ...] = (
-    # --- mnnvl_runtime/domains.py: the shared domain writer ------------------------------------------------
+    # --- mnnvl_runtime/domain_writer.py: the shared domain writer ------------------------------------------------
     Guard(
         name="writer-writes-only-while-leading",
         keeps="no write from a replica whose Lease may have passed to another",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        if not self.may_write():\n            raise NotLeadingError(",
         replace="        if False:\n            raise NotLeadingError(",
         suite=(replica("late_writes"),),
@@ -93,7 +93,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="ungate-modify-tests-the-uid",
         keeps="a gate is lifted only from the pod incarnation the plan saw, not a same-named successor",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="            return [uid_test, *removal] if removal else None",
         replace="            return removal or None",
         suite=(WRITER_MODEL,),
@@ -101,7 +101,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="ungate-patch-tests-the-uid",
         keeps="the one-patch gate removal fails on a same-named successor pod",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="                    patch = [uid_test, *injection.gate_removal_at(gate_at)]",
         replace="                    patch = injection.gate_removal_at(gate_at)",
         suite=(WRITER_MODEL,),
@@ -109,7 +109,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="fenced-delete-checks-identity",
         keeps="only domains that are ours by identity are condemned or deleted",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        if fresh is None or fresh[1].deleting or not belongs(fresh[1]):",
         replace="        if fresh is None or fresh[1].deleting:",
         suite=(WRITER_MODEL,),
@@ -117,7 +117,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="fenced-delete-lists-pods-afresh",
         keeps="no domain is condemned or deleted while a pod the stores do not know yet uses it",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        users = await self.fresh_users(domain)\n        seen_at = None",
         replace="        users: list[str] = []\n        seen_at = None",
         suite=(WRITER_MODEL,),
@@ -125,7 +125,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="delete-preconditioned-on-uid-and-version",
         keeps="the DELETE lands only on the domain version that carried the mark and was found unused",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="return await self.client.adelete(path, uid=domain.uid, resource_version=domain.resource_version)",
         replace="return await self.client.adelete(path)",
         suite=(f"{WRITER_MODEL}::test_writer_fence_races",),
@@ -133,7 +133,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="mark-preconditioned-on-uid-and-version",
         keeps="a condemned mark is set or lifted only on the domain version that was checked",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="domain_path(domain.namespace, domain.name), precondition + marks, content_type=kube.JSON_PATCH",
         replace="domain_path(domain.namespace, domain.name), marks, content_type=kube.JSON_PATCH",
         suite=(WRITER_MODEL,),
@@ -141,7 +141,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="uncondemn-checks-identity",
         keeps="a mark is lifted only from a domain that is ours by identity",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        if fresh is None or not fresh[1].condemned or not belongs(fresh[1]):",
         replace="        if fresh is None or not fresh[1].condemned:",
         suite=(WRITER_MODEL,),
@@ -149,7 +149,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="release-only-from-a-deleting-domain",
         keeps="the finalizer is released only from a domain being deleted, never a same-named live successor",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        if not domain.deleting or not domain.protected or not belongs(domain):",
         replace="        if not domain.protected or not belongs(domain):",
         suite=(WRITER_MODEL,),
@@ -157,7 +157,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="release-checks-identity",
         keeps="the finalizer is released only from a domain that is ours by identity",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        if not domain.deleting or not domain.protected or not belongs(domain):",
         replace="        if not domain.deleting or not domain.protected:",
         suite=(WRITER_MODEL,),
@@ -165,7 +165,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="release-lists-pods-afresh",
         keeps="the finalizer stays while a pod the stores do not know yet uses the domain",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        users = await self.fresh_users(domain)\n        if users:",
         replace="        users: list[str] = []\n        if users:",
         suite=(WRITER_MODEL,),
@@ -173,7 +173,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="release-preconditioned-on-uid-and-version",
         keeps="the finalizer is removed only from the domain version found unused",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find=(
             "        patch = [\n"
             '            {"op": "test", "path": "/metadata/uid", "value": domain.uid},\n'
@@ -185,7 +185,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="fresh-pod-list-reads-every-page",
         keeps="the in-use check before a delete or release counts the users on every page of the pod list",
-        path=f"{RUNTIME}/domains.py",
+        path=f"{RUNTIME}/domain_writer.py",
         find="        users += references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
         replace="        users = references.users_of(page.items, domain=domain.name, claim_template=domain.claim_template)",
         suite=(WRITER_MODEL,),
@@ -826,7 +826,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="fence-mark-nonce",
         keeps="no domain deleted under a pod: every condemned mark carries a value of its own",
-        path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
+        path="packages/mnnvl-runtime/src/mnnvl_runtime/domain_writer.py",
         find='    return f"{component}/{uuid.uuid4().hex}"',
         replace="    return component",
         suite=(FENCE_PROTOCOL,),
@@ -842,7 +842,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="fence-counted-to-the-list-start",
         keeps="no domain deleted under a pod: the fence is counted to when the final pod list began",
-        path="packages/mnnvl-runtime/src/mnnvl_runtime/domains.py",
+        path="packages/mnnvl-runtime/src/mnnvl_runtime/domain_writer.py",
         find="            now=checked_at,\n            fence_seconds=self.fence_seconds,\n",
         replace="            now=self.clock(),\n            fence_seconds=self.fence_seconds,\n",
         suite=(f"{WRITER_MODEL}::test_writer_slow_lists",),

@@ -28,7 +28,7 @@ def test_the_suite_imports_the_mutated_copy(tmp_path: Path) -> None:
     """A canary mutation that breaks an import of the copy's `mnnvl_runtime` must break the run: the suite does not
     fall back on the editable installs of the repository itself."""
     root = runner.scratch_copy(tmp_path)
-    module = root / "packages/mnnvl-runtime/src/mnnvl_runtime/domains.py"
+    module = root / "packages/mnnvl-runtime/src/mnnvl_runtime/domain_writer.py"
     module.write_text(module.read_text() + '\nraise ImportError("guards canary")\n')
     verdict = runner.run_properties(root)
     assert verdict.outcome is runner.Outcome.BROKEN

@@ -15,7 +15,7 @@ from mnnvl_api.decisions import domains as facts
 from mnnvl_api.decisions import plans
 from mnnvl_ds import planner, scope
 from mnnvl_ds.retries import UpstreamRetries
-from mnnvl_runtime import domains, scopes
+from mnnvl_runtime import domain_writer, scopes
 
 from ..mnnvl_runtime.memory_api import MemoryApi
 from . import build
@@ -24,7 +24,7 @@ D0 = build.domain_name(0)
 
 
 def run(api: MemoryApi, snapshot: planner.Snapshot, plan: plans.Plan) -> float | None:
-    writer = domains.DomainWriter(
+    writer = domain_writer.DomainWriter(
         api.client(keys.DS_CONTROLLER), component=keys.DS_CONTROLLER, scope=keys.SCOPE_SLICE, fence_seconds=0
     )
     asking = UpstreamRetries(api.client(keys.DS_CONTROLLER), may_write=lambda: True)

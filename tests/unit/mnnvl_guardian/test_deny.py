@@ -11,8 +11,7 @@ from typing import Any
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains
 from mnnvl_guardian import admission, planner
-from mnnvl_runtime import domains as writing
-from mnnvl_runtime import kube
+from mnnvl_runtime import domain_writer, kube
 
 from ..mnnvl_api import domain_builders
 
@@ -121,8 +120,8 @@ class Api:
         return kube.Page(items=list(self.pods.values()), resource_version="9")
 
 
-def guardian_writer(api: Api) -> writing.DomainWriter:
-    return writing.DomainWriter(api, component="mnnvl-guardian", scope="guardian", fence_seconds=30)  # type: ignore[arg-type]
+def guardian_writer(api: Api) -> domain_writer.DomainWriter:
+    return domain_writer.DomainWriter(api, component="mnnvl-guardian", scope="guardian", fence_seconds=30)  # type: ignore[arg-type]
 
 
 def check(api: Api, indexed: list[str], domain: domains.DomainFacts = DOMAIN) -> str | None:
@@ -174,20 +173,20 @@ def test_a_pod_past_its_grace_period_or_terminating_on_a_lost_node_is_named_as_s
 
 def test_fresh_checks_go_through_the_writers_limiter_of_fresh_lists() -> None:
     api = Api([])
-    many = [domain_builders.domain(f"d-{n}-abcde") for n in range(3 * writing.FRESH_POD_LISTS_AT_ONCE)]
+    many = [domain_builders.domain(f"d-{n}-abcde") for n in range(3 * domain_writer.FRESH_POD_LISTS_AT_ONCE)]
 
     async def run() -> list[str | None]:
         writer = guardian_writer(api)
         api.answering.clear()
         checks = [asyncio.create_task(admission.deletion_refusal(api, writer, d, [])) for d in many]  # type: ignore[arg-type]
-        await asyncio.wait_for(until_lists_in_flight(api, writing.FRESH_POD_LISTS_AT_ONCE), 5)
+        await asyncio.wait_for(until_lists_in_flight(api, domain_writer.FRESH_POD_LISTS_AT_ONCE), 5)
         for _ in range(10):  # give any check outside the limiter its chance to start a list too
             await asyncio.sleep(0)
         api.answering.set()
         return await asyncio.gather(*checks)
 
     assert asyncio.run(run()) == [None] * len(many)
-    assert api.most_in_flight == writing.FRESH_POD_LISTS_AT_ONCE
+    assert api.most_in_flight == domain_writer.FRESH_POD_LISTS_AT_ONCE
     assert api.lists == len(many)
 
 

@@ -8,8 +8,7 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_guardian import executor as guardian_executor
-from mnnvl_runtime import domains as writing
-from mnnvl_runtime import kube
+from mnnvl_runtime import domain_writer, kube
 
 from ..mnnvl_runtime.memory_api import MemoryApi
 
@@ -35,9 +34,9 @@ def test_the_guardian_adds_its_finalizer_only_to_the_version_it_read() -> None:
     api.update(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME, lambda b: b["metadata"].__setitem__("finalizers", ["other/one"]))
     client = api.client(keys.GUARDIAN_CONTROLLER)
     with pytest.raises(kube.ApiError) as refused:
-        asyncio.run(client.apatch(writing.domain_path(NS, NAME), patch, content_type=kube.JSON_PATCH))
+        asyncio.run(client.apatch(domain_writer.domain_path(NS, NAME), patch, content_type=kube.JSON_PATCH))
     assert refused.value.status == 422
-    path = writing.domain_path(NS, NAME)
+    path = domain_writer.domain_path(NS, NAME)
     asyncio.run(client.amodify(path, guardian_executor.protection_patch))
     found = api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)
     assert found is not None

@@ -11,7 +11,7 @@ import pytest
 from mnnvl_api import keys
 from mnnvl_api.decisions import plans
 from mnnvl_lws import planner, scope
-from mnnvl_runtime import domains, executing, kube, scopes
+from mnnvl_runtime import domain_writer, executing, kube, scopes
 
 from ..mnnvl_runtime import fakes
 from ..mnnvl_runtime.memory_api import MemoryApi
@@ -60,7 +60,7 @@ class Together:
         await self.all_here.wait()
 
 
-class RecordingWriter(domains.DomainWriter):
+class RecordingWriter(domain_writer.DomainWriter):
     """Records the writes an executor makes; each may be held (`hold`) or fail (`fail`), by target."""
 
     def __init__(self) -> None:

@@ -10,14 +10,13 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains
-from mnnvl_runtime import domains as writing
-from mnnvl_runtime import kube
+from mnnvl_runtime import domain_writer, kube
 
 from .memory_api import DELETED_AT, MemoryApi
 
 NS = "serving"
 NAME = "dsr1-0-bbbbb"
-WORKLOAD = writing.involved(keys.LWS_API_VERSION, "LeaderWorkerSet", NS, "dsr1", "uid-dsr1")
+WORKLOAD = domain_writer.involved(keys.LWS_API_VERSION, "LeaderWorkerSet", NS, "dsr1", "uid-dsr1")
 
 
 def domain_manifest(name: str = NAME) -> dict[str, Any]:
@@ -32,8 +31,8 @@ def managed(facts: domains.DomainFacts) -> bool:
     return facts.managed
 
 
-def writer(api: MemoryApi) -> writing.DomainWriter:
-    return writing.DomainWriter(
+def writer(api: MemoryApi) -> domain_writer.DomainWriter:
+    return domain_writer.DomainWriter(
         api.client(keys.LWS_CONTROLLER), component="mnnvl-lws", scope="replica", fence_seconds=0
     )
 
@@ -73,7 +72,7 @@ def test_a_look_alike_is_neither_condemned_deleted_nor_released() -> None:
     api.put(keys.COMPUTE_DOMAIN_PLURAL, domain_manifest(), manager="kubectl")
     writes = len(api.events)
     deletion = asyncio.run(writer(api).fenced_delete(NS, NAME, belongs=managed, workload=WORKLOAD))
-    assert deletion == writing.Deletion()
+    assert deletion == domain_writer.Deletion()
     assert len(api.events) == writes  # not condemned, not deleted: nothing written
     api.delete(keys.COMPUTE_DOMAIN_PLURAL, NS, NAME)  # someone deletes it: it stays held by the finalizer
     assert asyncio.run(writer(api).release(NS, NAME, belongs=managed, workload=WORKLOAD)) is None
@@ -98,12 +97,12 @@ class Forbidden:
 
 def test_a_write_refused_for_good_is_reported_once_and_retried_with_back_off() -> None:
     client = Forbidden()
-    domain_writer = writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
-    counted = writing.PERMANENT_ERRORS.labels(action="create", status="403")
+    refused_writer = domain_writer.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
+    counted = domain_writer.PERMANENT_ERRORS.labels(action="create", status="403")
     before = counted._value.get()
     for _ in range(3):
         with pytest.raises(kube.ApiError):
-            asyncio.run(domain_writer.create(domain_manifest(), workload=WORKLOAD))
+            asyncio.run(refused_writer.create(domain_manifest(), workload=WORKLOAD))
     assert [(e["reason"], e["type"]) for e in client.events] == [("ComputeDomainWriteFailed", "Warning")]
     assert "Could not create ComputeDomain dsr1-0-bbbbb: 403 Forbidden" in client.events[0]["message"]
     assert counted._value.get() == before + 1
@@ -155,15 +154,15 @@ def test_an_admission_denial_is_told_apart_from_any_other_refusal(body: str, exp
 
 def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_problem() -> None:
     client = Forbidden()
-    domain_writer = writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
-    counted = writing.PERMANENT_ERRORS.labels(action="delete", status="403")
+    refused_writer = domain_writer.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
+    counted = domain_writer.PERMANENT_ERRORS.labels(action="delete", status="403")
     before = counted._value.get()
 
     async def refused() -> bool:
         raise kube.ApiError(status=403, reason="Forbidden", body=GUARDIAN_DENIAL)
 
     with pytest.raises(kube.ApiError):
-        asyncio.run(domain_writer.guarded("delete", f"ComputeDomain {NAME}", WORKLOAD, refused))
+        asyncio.run(refused_writer.guarded("delete", f"ComputeDomain {NAME}", WORKLOAD, refused))
     [event] = client.events
     assert event["reason"] == "ComputeDomainWriteFailed"
     assert event["message"] == (
@@ -205,16 +204,16 @@ class ReadCounting:
         return await self.client.amodify(path, change)
 
 
-def counting_writer(api: MemoryApi) -> tuple[writing.DomainWriter, ReadCounting]:
+def counting_writer(api: MemoryApi) -> tuple[domain_writer.DomainWriter, ReadCounting]:
     client = ReadCounting(api.client(keys.LWS_CONTROLLER))
-    return writing.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0), client
+    return domain_writer.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0), client
 
 
 def test_a_gate_where_the_watch_saw_it_goes_in_one_patch_without_a_read() -> None:
     api = MemoryApi()
     uid = gated_pod(api, ["other/gate", keys.SCHEDULING_GATE])["metadata"]["uid"]
-    domain_writer, client = counting_writer(api)
-    asyncio.run(domain_writer.ungate(NS, "leader", uid=uid, gate_at=1, workload=WORKLOAD))
+    counted_writer, client = counting_writer(api)
+    asyncio.run(counted_writer.ungate(NS, "leader", uid=uid, gate_at=1, workload=WORKLOAD))
     assert gates_of(api) == ["other/gate"]
     assert client.reads == 0
 
@@ -222,8 +221,8 @@ def test_a_gate_where_the_watch_saw_it_goes_in_one_patch_without_a_read() -> Non
 def test_a_gate_that_moved_since_the_watch_saw_it_is_removed_after_a_fresh_read() -> None:
     api = MemoryApi()
     uid = gated_pod(api, ["other/gate", keys.SCHEDULING_GATE])["metadata"]["uid"]
-    domain_writer, client = counting_writer(api)
-    asyncio.run(domain_writer.ungate(NS, "leader", uid=uid, gate_at=0, workload=WORKLOAD))  # stale position
+    counted_writer, client = counting_writer(api)
+    asyncio.run(counted_writer.ungate(NS, "leader", uid=uid, gate_at=0, workload=WORKLOAD))  # stale position
     assert gates_of(api) == ["other/gate"]
     assert client.reads == 1
 
@@ -231,6 +230,6 @@ def test_a_gate_that_moved_since_the_watch_saw_it_is_removed_after_a_fresh_read(
 def test_a_new_incarnation_of_the_pod_name_is_never_ungated_for_the_old_one() -> None:
     api = MemoryApi()
     gated_pod(api, [keys.SCHEDULING_GATE])
-    domain_writer, _ = counting_writer(api)
-    asyncio.run(domain_writer.ungate(NS, "leader", uid="uid-of-the-deleted-incarnation", gate_at=0, workload=WORKLOAD))
+    counted_writer, _ = counting_writer(api)
+    asyncio.run(counted_writer.ungate(NS, "leader", uid="uid-of-the-deleted-incarnation", gate_at=0, workload=WORKLOAD))
     assert gates_of(api) == [keys.SCHEDULING_GATE]

@@ -13,15 +13,14 @@ from typing import Any
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains
-from mnnvl_runtime import domains as writing
-from mnnvl_runtime import kube
+from mnnvl_runtime import domain_writer, kube
 
 from .memory_api import MemoryApi, MemoryClient
 
 NS = "serving"
 NAME = "dsr1-0-bbbbb"
 FENCE = 10.0
-WORKLOAD = writing.involved(keys.LWS_API_VERSION, "LeaderWorkerSet", NS, "dsr1", "uid-dsr1")
+WORKLOAD = domain_writer.involved(keys.LWS_API_VERSION, "LeaderWorkerSet", NS, "dsr1", "uid-dsr1")
 #: The value a replica of the release before marks carried: the controller's name, the same for every mark.
 LEGACY_MARK = keys.LWS_CONTROLLER
 
@@ -34,7 +33,7 @@ def managed(facts: domains.DomainFacts) -> bool:
 class Replica:
     """One controller replica: its domain writer, whether it leads, and which of its terms this is."""
 
-    writer: writing.DomainWriter
+    writer: domain_writer.DomainWriter
     leading: bool = False
     terms: int = 0
 
@@ -44,7 +43,7 @@ class Replica:
     def step_down(self) -> None:
         self.leading = False
 
-    def fenced_delete(self) -> writing.Deletion:
+    def fenced_delete(self) -> domain_writer.Deletion:
         return asyncio.run(self.writer.fenced_delete(NS, NAME, belongs=managed, workload=WORKLOAD))
 
 
@@ -72,7 +71,7 @@ class Cluster:
 
     def replica(self, client: MemoryClient | None = None) -> Replica:
         replica = Replica(writer=None)  # type: ignore[arg-type]  # the writer needs the replica's own flags
-        replica.writer = writing.DomainWriter(
+        replica.writer = domain_writer.DomainWriter(
             client or self.api.client(keys.LWS_CONTROLLER),
             component=keys.LWS_CONTROLLER,
             scope=keys.SCOPE_REPLICA,
@@ -128,20 +127,20 @@ def test_a_replica_that_led_before_times_the_fence_from_the_new_mark_not_from_it
     a, b = cluster.replica(), cluster.replica()
 
     a.lead()
-    assert a.fenced_delete() == writing.Deletion(come_back_after=FENCE)  # condemned at t=0
+    assert a.fenced_delete() == domain_writer.Deletion(come_back_after=FENCE)  # condemned at t=0
     assert cluster.mark() is not None
 
     cluster.now = 1.0
     a.step_down()
     b.lead()
     cluster.persist(cluster.admitted_pod("short-lived"))  # admitted before A's mark: a user, so B lifts the mark
-    assert b.fenced_delete() == writing.Deletion()
+    assert b.fenced_delete() == domain_writer.Deletion()
     assert cluster.mark() is None
     cluster.remove_pod("short-lived")
 
     cluster.now = 2.0
     in_flight = cluster.admitted_pod("late")  # its webhook reads D now, unmarked: admitted onto D
-    assert b.fenced_delete() == writing.Deletion(come_back_after=FENCE)  # B condemns D again at t=2
+    assert b.fenced_delete() == domain_writer.Deletion(come_back_after=FENCE)  # B condemns D again at t=2
     assert cluster.mark() is not None
 
     cluster.now = 3.0
@@ -154,7 +153,7 @@ def test_a_replica_that_led_before_times_the_fence_from_the_new_mark_not_from_it
     cluster.now = 11.5
     cluster.persist(in_flight)  # the late admission lands within the fence of B's mark
     cluster.now = 21.0
-    assert a.fenced_delete() == writing.Deletion()  # the fresh list finds the pod: the mark is lifted
+    assert a.fenced_delete() == domain_writer.Deletion()  # the fresh list finds the pod: the mark is lifted
     assert cluster.domain() is not None
     assert cluster.mark() is None
     assert not cluster.deletion_began()
@@ -168,7 +167,7 @@ def test_a_new_term_forgets_sightings_even_of_a_mark_with_the_same_value() -> No
 
     a.lead()
     cluster.set_mark_by_hand(LEGACY_MARK)  # marked by the previous release's leader
-    assert a.fenced_delete() == writing.Deletion(come_back_after=FENCE)  # A first sees the mark at t=0: waits
+    assert a.fenced_delete() == domain_writer.Deletion(come_back_after=FENCE)  # A first sees the mark at t=0: waits
 
     cluster.now = 1.0
     a.step_down()  # the other replica (previous release) leads: lifts the mark, marks D again
@@ -184,7 +183,7 @@ def test_a_new_term_forgets_sightings_even_of_a_mark_with_the_same_value() -> No
     cluster.now = 11.5
     cluster.persist(in_flight)
     cluster.now = 21.0
-    assert a.fenced_delete() == writing.Deletion()
+    assert a.fenced_delete() == domain_writer.Deletion()
     assert cluster.domain() is not None
     assert not cluster.deletion_began()
 
@@ -196,15 +195,15 @@ def test_a_mark_lifted_and_set_again_within_one_term_gets_a_fence_of_its_own() -
     a, b = cluster.replica(), cluster.replica()
 
     a.lead()
-    assert a.fenced_delete() == writing.Deletion(come_back_after=FENCE)  # A's mark at t=0
+    assert a.fenced_delete() == domain_writer.Deletion(come_back_after=FENCE)  # A's mark at t=0
     cluster.now = 1.0
     b.leading = True  # B's requests were sent while it led; they reach the API server only now
     cluster.persist(cluster.admitted_pod("short-lived"))
-    assert b.fenced_delete() == writing.Deletion()  # lifts A's mark
+    assert b.fenced_delete() == domain_writer.Deletion()  # lifts A's mark
     cluster.remove_pod("short-lived")
     cluster.now = 2.0
     in_flight = cluster.admitted_pod("late")
-    assert b.fenced_delete() == writing.Deletion(come_back_after=FENCE)  # B's own mark
+    assert b.fenced_delete() == domain_writer.Deletion(come_back_after=FENCE)  # B's own mark
     b.leading = False
 
     cluster.now = 10.5
@@ -212,7 +211,7 @@ def test_a_mark_lifted_and_set_again_within_one_term_gets_a_fence_of_its_own() -
     cluster.now = 11.0
     cluster.persist(in_flight)
     cluster.now = 20.5
-    assert a.fenced_delete() == writing.Deletion()
+    assert a.fenced_delete() == domain_writer.Deletion()
     assert cluster.domain() is not None
     assert not cluster.deletion_began()
 
@@ -260,7 +259,7 @@ def test_the_sightings_of_marks_stay_bounded() -> None:
         cluster.put_domain(f"{NAME}-{index}")
         asyncio.run(a.writer.fenced_delete(NS, f"{NAME}-{index}", belongs=managed, workload=WORKLOAD))
     assert len(a.writer._condemned_seen) == many  # condemned, and never looked at again
-    cluster.now = FENCE + writing.SIGHTING_KEPT_AFTER_FENCE_SECONDS + 1.0
+    cluster.now = FENCE + domain_writer.SIGHTING_KEPT_AFTER_FENCE_SECONDS + 1.0
     cluster.put_domain(f"{NAME}-last")
     asyncio.run(a.writer.fenced_delete(NS, f"{NAME}-last", belongs=managed, workload=WORKLOAD))
     assert list(a.writer._condemned_seen) == [(NS, f"{NAME}-last")]
@@ -275,8 +274,8 @@ def test_the_warnings_remembered_stay_bounded_and_the_oldest_may_warn_again() ->
 
     assert warn(0)
     assert not warn(0)
-    for index in range(1, writing.WARNINGS_REMEMBERED + 1):
+    for index in range(1, domain_writer.WARNINGS_REMEMBERED + 1):
         assert warn(index)
-    assert len(writer._warned) == writing.WARNINGS_REMEMBERED
+    assert len(writer._warned) == domain_writer.WARNINGS_REMEMBERED
     assert warn(0)  # forgotten as the oldest: posted once more
-    assert not warn(writing.WARNINGS_REMEMBERED)  # the newest is still remembered
+    assert not warn(domain_writer.WARNINGS_REMEMBERED)  # the newest is still remembered

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from mnnvl_runtime import events, kube, leases, metrics, stores
+from mnnvl_runtime import kube, leases, metrics, posting, stores
 
 from . import fakes
 
@@ -117,8 +117,8 @@ def test_a_call_that_times_out_is_an_api_error_without_a_status() -> None:
 
 def test_an_event_is_not_posted_while_the_api_server_refuses_and_nothing_is_raised() -> None:
     involved = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
-    event = events.event_for(involved, reason="Tested", message="m", warning=False, component="mnnvl-test")
-    asyncio.run(events.post(kube_at(closed_port()), event))  # returns: an event is best effort
+    event = posting.event_for(involved, reason="Tested", message="m", warning=False, component="mnnvl-test")
+    asyncio.run(posting.post(kube_at(closed_port()), event))  # returns: an event is best effort
 
 
 class Lists(http.server.BaseHTTPRequestHandler):

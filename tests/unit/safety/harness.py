@@ -72,7 +72,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mnnvl_api import keys, models, names
 from mnnvl_api.decisions import injection, references
-from mnnvl_runtime import domains, kube, stores
+from mnnvl_runtime import domain_writer, kube, stores
 from mnnvl_runtime.stores import Mirror, NamespacedName
 
 from ..mnnvl_runtime import memory_api
@@ -95,7 +95,7 @@ SETTLING_PASSES = 3
 DISRUPTIONS = {"lease": 4, "workload": 4}
 GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
 #: What a pass may raise that the work queue retries: API errors, a write refused after a hand-over, a cancel.
-RETRIED = (kube.ApiError, domains.NotLeadingError, asyncio.CancelledError)
+RETRIED = (kube.ApiError, domain_writer.NotLeadingError, asyncio.CancelledError)
 #: Where the Lease may pass (None: it expires), and what becomes of the deposed leader (`move_lease`).
 LEASE_TARGETS = (*REPLICAS, None)
 DEPOSED = ("cancelled at once", "cancelled at its next write", "restarted")
@@ -128,9 +128,9 @@ def new_writer(
     clock: Callable[[], float],
     may_write: Callable[[], bool],
     term: Callable[[], int],
-) -> domains.DomainWriter:
+) -> domain_writer.DomainWriter:
     """The one place the model builds a domain writer (as `mnnvl_runtime.reconciling` does)."""
-    return domains.DomainWriter(
+    return domain_writer.DomainWriter(
         client, component=component, scope=scope, fence_seconds=fence, clock=clock, may_write=may_write, term=term
     )
 
@@ -188,7 +188,7 @@ StoresT = TypeVar("StoresT", bound=Mirrored)
 ScopeStoresT = TypeVar("ScopeStoresT", bound=WatchStores)
 ExecutorT = TypeVar("ExecutorT")
 #: Makes a process's executor from its writer, its client, its Lease check and its stores.
-NewExecutor = Callable[[domains.DomainWriter, MemoryClient, Callable[[], bool], StoresT], ExecutorT]
+NewExecutor = Callable[[domain_writer.DomainWriter, MemoryClient, Callable[[], bool], StoresT], ExecutorT]
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -207,7 +207,7 @@ class Replica(Generic[StoresT, ExecutorT]):
     name: str
     client: MemoryClient
     stores: StoresT
-    writer: domains.DomainWriter
+    writer: domain_writer.DomainWriter
     executor: ExecutorT
     #: Per watched resource (plural): its watch stream.
     streams: dict[str, Stream]

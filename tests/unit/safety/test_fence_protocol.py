@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import fencing
-from mnnvl_runtime import domains as writing
+from mnnvl_runtime import domain_writer
 
 FENCE = 30.0
 #: What happens next: another replica marks the domain or lifts the mark; the domain is deleted and made again
@@ -55,7 +55,7 @@ def test_a_domain_is_deleted_only_once_the_fence_has_passed_since_its_mark(
     seen: fencing.Sighting | None = None
     for what, amount in history:
         if what == "marked":
-            domain.mark, domain.marked_at = writing.new_mark(keys.LWS_CONTROLLER), now
+            domain.mark, domain.marked_at = domain_writer.new_mark(keys.LWS_CONTROLLER), now
         elif what == "lifted":
             domain.mark = None
         elif what == "made again":
@@ -73,7 +73,7 @@ def test_a_domain_is_deleted_only_once_the_fence_has_passed_since_its_mark(
                     condemned=False, users=users, condemned_seen_at=None, now=now, fence_seconds=FENCE
                 ).step
                 if step is fencing.Step.CONDEMN:  # it marks the domain; its fence starts once the mark is persisted
-                    domain.mark, domain.marked_at = writing.new_mark(keys.LWS_CONTROLLER), now
+                    domain.mark, domain.marked_at = domain_writer.new_mark(keys.LWS_CONTROLLER), now
                     seen = fencing.sighting(seen, domain_uid=str(domain.uid), mark=domain.mark, term=term, now=now)
                 continue
             seen = fencing.sighting(seen, domain_uid=str(domain.uid), mark=domain.mark, term=term, now=now)

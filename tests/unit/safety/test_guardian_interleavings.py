@@ -62,7 +62,7 @@ from hypothesis.stateful import initialize, invariant, rule
 from mnnvl_api import keys, models, names
 from mnnvl_api.models import configuration
 from mnnvl_guardian import admission, handlers, state
-from mnnvl_runtime import controller, domains, identity, kube, leases
+from mnnvl_runtime import controller, domain_writer, identity, kube, leases
 from mnnvl_runtime import settings as process_settings
 from mnnvl_runtime.stores import NamespacedName
 
@@ -306,7 +306,11 @@ class GuardianModel(ControllerMachine[state.Stores, Process]):
             self.catch_up(name)
 
     def new_process(
-        self, writer: domains.DomainWriter, client: MemoryClient, may_write: Callable[[], bool], found: state.Stores
+        self,
+        writer: domain_writer.DomainWriter,
+        client: MemoryClient,
+        may_write: Callable[[], bool],
+        found: state.Stores,
     ) -> Process:
         gate = self.first_gates.pop(client.sender, self.gate)
         settings_ = models.Configuration.model_validate(

@@ -1,4 +1,4 @@
-"""The shared domain writer (`mnnvl_runtime.domains.DomainWriter`) asked to act on plans as stale as a lagging store
+"""The shared domain writer (`mnnvl_runtime.domain_writer.DomainWriter`) asked to act on plans as stale as a lagging store
 makes them, while the world changes under it.
 
 A scope's planner decides from its stores; the writer must make every decision safe by itself, from fresh reads
@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains
 from mnnvl_api.models import computedomain
-from mnnvl_runtime import domains as writing
+from mnnvl_runtime import domain_writer
 
 from ..mnnvl_runtime import memory_api
 from ..mnnvl_runtime.memory_api import MemoryApi, Object
@@ -102,7 +102,7 @@ class WriterInterleavings(RuleBasedStateMachine):
         self.now = 0.0
         client = self.api.client(keys.LWS_CONTROLLER, sender="a")
         client.reads_take = self.read_takes
-        self.writer = writing.DomainWriter(
+        self.writer = domain_writer.DomainWriter(
             client,
             component=keys.LWS_CONTROLLER,
             scope=keys.SCOPE_REPLICA,

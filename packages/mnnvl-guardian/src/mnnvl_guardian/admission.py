@@ -26,8 +26,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains, references
 from mnnvl_api.models import configuration
-from mnnvl_runtime import admission, controller, kube
-from mnnvl_runtime import domains as writing
+from mnnvl_runtime import admission, controller, domain_writer, kube
 
 from . import planner, state, telemetry
 
@@ -66,7 +65,7 @@ async def refuse_in_use_deletion(body: kopf.Body, memo: Any, **kwargs: Any) -> N
 
 async def bounded_refusal(
     client: kube.Api,
-    writer: writing.DomainWriter,
+    writer: domain_writer.DomainWriter,
     domain: domains.DomainFacts,
     indexed: list[str],
     *,
@@ -81,7 +80,7 @@ async def bounded_refusal(
 
 
 async def deletion_refusal(
-    client: kube.Api, writer: writing.DomainWriter, domain: domains.DomainFacts, indexed: list[str]
+    client: kube.Api, writer: domain_writer.DomainWriter, domain: domains.DomainFacts, indexed: list[str]
 ) -> str | None:
     """Why the deletion is refused (None: allowed): the pods the stores name, read back; if none still uses the
     domain, those a fresh list of the namespace's pods names, read back likewise. Beyond the first

@@ -8,15 +8,14 @@ import logging
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains
-from mnnvl_runtime import domains as writing
-from mnnvl_runtime import kube
+from mnnvl_runtime import domain_writer, kube
 
 from . import planner, telemetry
 
 log = logging.getLogger(__name__)
 
 
-async def apply(writer: writing.DomainWriter, domain: domains.DomainFacts, action: planner.Action) -> None:
+async def apply(writer: domain_writer.DomainWriter, domain: domains.DomainFacts, action: planner.Action) -> None:
     if action is planner.Action.PROTECT:
         await _protect(writer, domain)
     elif action is planner.Action.RELEASE:
@@ -37,14 +36,14 @@ def protection_patch(current: kube.Object) -> kube.JsonPatch | None:
     return [*version, {"op": "add", "path": "/metadata/finalizers/-", "value": keys.PROTECTION_FINALIZER}]
 
 
-async def _protect(writer: writing.DomainWriter, domain: domains.DomainFacts) -> None:
-    path = writing.domain_path(domain.namespace, domain.name)
+async def _protect(writer: domain_writer.DomainWriter, domain: domains.DomainFacts) -> None:
+    path = domain_writer.domain_path(domain.namespace, domain.name)
     target = f"ComputeDomain {domain.name}"
     if await writer.guarded("protect", target, None, lambda: writer.client.amodify(path, protection_patch)):
         log.info("protection added", extra={"namespace": domain.namespace, "compute_domain": domain.name})
 
 
-async def _release(writer: writing.DomainWriter, domain: domains.DomainFacts) -> None:
+async def _release(writer: domain_writer.DomainWriter, domain: domains.DomainFacts) -> None:
     deleted_at = await writer.release(domain.namespace, domain.name, belongs=_managed, workload=None)
     if deleted_at is None:
         return

@@ -12,8 +12,7 @@ import kopf
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import domains
-from mnnvl_runtime import domains as writing
-from mnnvl_runtime import stores
+from mnnvl_runtime import domain_writer, stores
 
 registry = kopf.OperatorRegistry()
 NamespacedName = tuple[str, str]
@@ -83,4 +82,4 @@ class DenyReads:
 
     stores: Stores
     synced: asyncio.Event
-    writer: writing.DomainWriter
+    writer: domain_writer.DomainWriter

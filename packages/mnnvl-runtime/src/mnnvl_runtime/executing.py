@@ -20,7 +20,7 @@ from mnnvl_api import events
 from mnnvl_api.decisions import plans
 from mnnvl_api.models import computedomain
 
-from . import domains, kube, metrics
+from . import domain_writer, kube, metrics
 
 #: Writes of one kind that one pass has in flight at once (the client's pool bounds the whole process).
 WRITES_AT_ONCE = 16
@@ -43,7 +43,7 @@ class Workload:
     #: Where its events go; None once it is gone.
     reference: kube.Object | None
     #: Which domains, read afresh, the plan's deletions, marks and releases may touch (identity, not labels).
-    belongs: domains.Belongs
+    belongs: domain_writer.Belongs
     #: The event message announcing a domain created for it.
     created: Callable[[plans.DomainToCreate], str]
     #: The `mnnvl_compute_domains_deleted_total` reason (`obsolete`, `workload_deleted`) and the event message
@@ -52,7 +52,7 @@ class Workload:
 
 
 class Executor:
-    def __init__(self, writer: domains.DomainWriter) -> None:
+    def __init__(self, writer: domain_writer.DomainWriter) -> None:
         self.writer = writer
 
     async def apply(self, plan: plans.Plan, workload: Workload) -> float | None:

@@ -11,7 +11,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from mnnvl_api.decisions import plans
 
-from . import controller, domains, metrics, stores, workqueue
+from . import controller, domain_writer, metrics, stores, workqueue
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -27,7 +27,7 @@ class Reconciling(Generic[Key]):
         scope: str,
     ) -> None:
         self._work = work
-        self.writer = domains.DomainWriter(
+        self.writer = domain_writer.DomainWriter(
             context.client,
             component=context.identity.reporting_component,
             scope=scope,
@@ -94,7 +94,7 @@ class ScopeReconciler(Generic[Snapshot]):
         context: controller.Context,
         state: ScopeState[Snapshot],
         plan: Callable[[Snapshot], plans.Plan],
-        executor: Callable[[domains.DomainWriter], ScopeExecutor[Snapshot]],
+        executor: Callable[[domain_writer.DomainWriter], ScopeExecutor[Snapshot]],
         *,
         kind: str,
         scope: str,

@@ -23,7 +23,7 @@ from mnnvl_api.decisions import injection, plans
 from . import (
     admission,
     controller,
-    domains,
+    domain_writer,
     executing,
     identity,
     kube,
@@ -86,7 +86,9 @@ class ScopeExecutor(Generic[Snapshot]):
     """Applies a scope's plan through the shared executor (`executing`): which domains the plan may touch, what
     the Events on the workload say; then the scope's follow-up, if any."""
 
-    def __init__(self, scope: Scope[Snapshot, Any], writer: domains.DomainWriter, follow_up: FollowUp[Snapshot] | None):
+    def __init__(
+        self, scope: Scope[Snapshot, Any], writer: domain_writer.DomainWriter, follow_up: FollowUp[Snapshot] | None
+    ):
         self.scope = scope
         self.applying = executing.Executor(writer)
         self.follow_up = follow_up
@@ -114,7 +116,7 @@ class ScopeExecutor(Generic[Snapshot]):
     def reference(self, snapshot: Snapshot) -> kube.Object | None:
         if snapshot.workload is None:
             return None
-        return domains.involved(
+        return domain_writer.involved(
             self.scope.workload_api_version,
             self.scope.workload_kind,
             snapshot.namespace,

@@ -10,7 +10,7 @@ from typing import Final
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
 from mnnvl_api.models import configuration
-from mnnvl_runtime import controller, events, kube, preflight
+from mnnvl_runtime import controller, kube, posting, preflight
 
 from . import planner, state, telemetry
 
@@ -85,9 +85,9 @@ class Executor:
 
     async def event(self, involved: kube.Object, reason: str, message: str, *, warning: bool = False) -> None:
         component = self.context.identity.reporting_component
-        await events.post(
+        await posting.post(
             self.client,
-            events.event_for(involved, reason=reason, message=message, warning=warning, component=component),
+            posting.event_for(involved, reason=reason, message=message, warning=warning, component=component),
         )
 
     # --- topologies and bindings ---------------------------------------------------------------------------

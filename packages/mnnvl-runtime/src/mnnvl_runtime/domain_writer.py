@@ -22,8 +22,7 @@ import prometheus_client
 from mnnvl_api import events, keys
 from mnnvl_api.decisions import domains, fencing, injection, patches, references
 
-from . import events as posting
-from . import kube, metrics
+from . import kube, metrics, posting
 
 log = logging.getLogger(__name__)
 Result = TypeVar("Result")
