@@ -117,7 +117,7 @@ class DomainWriter:
         self.scope = scope
         self.fence_seconds = fence_seconds
         # (workload uid, message) → None, oldest first: warn once, not every pass.
-        self._warned: dict[tuple[str, str], None] = {}
+        self._warned = posting.Once(WARNINGS_REMEMBERED)
         # (namespace, name) → the first sighting of the domain's mark, oldest first.
         self._condemned_seen: dict[tuple[str, str], fencing.Sighting] = {}
         # Each in-use check lists the namespace's pods afresh; a mass deletion must not hold hundreds of such
@@ -136,11 +136,8 @@ class DomainWriter:
     async def warn_once(self, workload: kube.Object | None, reason: str, message: str) -> bool:
         """A Warning event on the workload, once per workload and message; True when it was posted now."""
         uid = str(workload["metadata"].get("uid")) if workload else ""
-        if (uid, message) in self._warned:
+        if not self._warned.first((uid, message)):
             return False
-        self._warned[uid, message] = None
-        if len(self._warned) > WARNINGS_REMEMBERED:
-            del self._warned[next(iter(self._warned))]
         log.warning("warning reported", extra={"reason": reason, "message_text": message})
         if workload is not None:
             await posting.post(

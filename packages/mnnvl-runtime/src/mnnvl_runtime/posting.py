@@ -4,11 +4,43 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 from . import kube
 
 log = logging.getLogger(__name__)
+
+
+class Once:
+    """What a process has said already, so that each thing is said once: the last `remembered` keys, the oldest
+    forgotten first (then said again if it comes up again)."""
+
+    def __init__(self, remembered: int) -> None:
+        self.remembered = remembered
+        self._said: dict[Hashable, None] = {}
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time `key` comes up (and remembers it); False while it is remembered."""
+        if key in self._said:
+            return False
+        self._said[key] = None
+        if len(self._said) > self.remembered:
+            del self._said[next(iter(self._said))]
+        return True
+
+    def clear(self) -> None:
+        """Forget everything: what comes up next is said again."""
+        self._said.clear()
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._said
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._said)
+
+    def __len__(self) -> int:
+        return len(self._said)
 
 
 def event_for(involved: kube.Object, *, reason: str, message: str, warning: bool, component: str) -> kube.Object:

@@ -9,12 +9,16 @@ from typing import Final
 
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
+from mnnvl_api.decisions import ownership
 from mnnvl_api.models import configuration
 from mnnvl_runtime import controller, kube, posting, preflight
 
 from . import planner, state, telemetry
 
 log = logging.getLogger(__name__)
+#: How many things already said (foreign objects, KAI-only or alias reports) a process remembers; the oldest is said
+#: again if it comes up again.
+SAID_REMEMBERED = 4096
 CRD_API: Final = "apiextensions.k8s.io/v1"
 CENSUS_CONFIGMAP: Final = "mnnvl-clique-census"
 CENSUS_KEY: Final = "census.json"
@@ -52,11 +56,11 @@ class Executor:
     stores: state.Stores
     #: (kind, name, uid, owner) of foreign objects already warned about: one Warning per object incarnation and
     #: owner (an object that changes hands is news).
-    warned_foreign: set[tuple[str, str, str, str]] = dataclasses.field(default_factory=set)
+    warned_foreign: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
     #: Topologies already reported as KAI-only while Grove is not served.
-    reported_kai_only: set[str] = dataclasses.field(default_factory=set)
+    reported_kai_only: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
     #: Topologies already reported as written without their aliases while the served schema has none.
-    reported_aliases_ignored: set[str] = dataclasses.field(default_factory=set)
+    reported_aliases_ignored: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
     #: Optional APIs not served at start-up, hence never watched by this process; and those reported since.
     unwatched: frozenset[planner.OptionalApi] = frozenset()
     reported_served_late: set[planner.OptionalApi] = dataclasses.field(default_factory=set)
@@ -248,9 +252,8 @@ class Executor:
         meta = found["metadata"]
         owner = planner.foreign_owner(found, installation=self.installation)
         seen = (found["kind"], meta["name"], meta["uid"], owner)
-        if seen in self.warned_foreign:
+        if not self.warned_foreign.first(seen):
             return
-        self.warned_foreign.add(seen)
         log.warning("foreign topology object left alone", extra={"kind": seen[0], "object": seen[1], "reason": owner})
         await self.event(
             found,
@@ -261,9 +264,8 @@ class Executor:
         )
 
     async def report_kai_only(self, entry: configuration.TopologySettings, topology: kube.Object) -> None:
-        if entry.name in self.reported_kai_only:
+        if not self.reported_kai_only.first(entry.name):
             return
-        self.reported_kai_only.add(entry.name)
         log.info("grove not served, kai only", extra={"topology": entry.name, "binding": entry.binding_name})
         await self.event(
             topology,
@@ -277,9 +279,8 @@ class Executor:
         self, entry: configuration.TopologySettings, topology: kube.Object, *, aliases: bool
     ) -> None:
         dropped = planner.dropped_aliases(entry, aliases=aliases)
-        if not dropped or entry.name in self.reported_aliases_ignored:
+        if not dropped or not self.reported_aliases_ignored.first(entry.name):
             return
-        self.reported_aliases_ignored.add(entry.name)
         log.warning("topology aliases ignored", extra={"topology": entry.name, "aliases": dropped})
         message = planner.aliases_ignored_message(entry.name, dropped)
         await self.event(topology, reasons.TOPOLOGY_ALIASES_IGNORED_REASON, message, warning=True)
@@ -478,20 +479,13 @@ class Executor:
             top = await self.read(owner[0], plural, owner[2], facts.namespace)
             if top is None:
                 return None
-            owner = _controller(top)
+            owner = ownership.controller_owner(top["metadata"])
         return None
-
-
-def _controller(body: kube.Object) -> tuple[str, str, str] | None:
-    for ref in body["metadata"].get("ownerReferences") or ():
-        if ref.get("controller"):
-            return str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"])
-    return None
 
 
 def _made_by(body: kube.Object, api_version: str, kind: str) -> str | None:
     """The name of `body`'s controlling owner when it is of that kind."""
-    owner = _controller(body)
+    owner = ownership.controller_owner(body["metadata"])
     return owner[2] if owner is not None and owner[:2] == (api_version, kind) else None
 
 

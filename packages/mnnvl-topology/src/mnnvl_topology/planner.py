@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mnnvl_api import keys
-from mnnvl_api.decisions import domains, injection, references
+from mnnvl_api.decisions import domains, injection, ownership, references
 from mnnvl_api.models import configuration
 
 Object = dict[str, Any]
@@ -122,9 +122,8 @@ def foreign_owner(found: Mapping[str, Any], *, installation: str) -> str:
     Topology for a binding without a `kai-scheduler` entry), the other installation it records, the field managers
     that wrote our label on it (a copied manifest, a restore), its manager label, or nobody we know."""
     meta = found.get("metadata") or {}
-    for owner in meta.get("ownerReferences") or ():
-        if owner.get("controller"):
-            return f"owned by {owner.get('kind')} {owner.get('name')}"
+    if (owner := ownership.controller_owner(meta)) is not None:
+        return f"owned by {owner[1]} {owner[2]}"
     if provenance(found, installation=installation) is Provenance.OTHER_INSTALLATION:
         return f"made by the installation {recorded_installation(found)} of {keys.TOPOLOGY_CONTROLLER}"
     if labelled_as_ours(found):
@@ -441,14 +440,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
             str(labels.get(keys.DS_SLICE_LABEL, "0")),
             str(labels.get(keys.DS_REVISION_LABEL, "")),
         )
-    owner = next(
-        (
-            (str(ref.get("apiVersion")), str(ref.get("kind")), str(ref.get("name")))
-            for ref in meta.get("ownerReferences") or ()
-            if ref.get("controller")
-        ),
-        None,
-    )
+    owner = ownership.controller_owner(meta)
     return PodFacts(
         namespace=str(meta.get("namespace", "")),
         name=str(meta["name"]),

@@ -19,6 +19,14 @@ def controller_reference(meta: Mapping[str, Any], kind: str) -> Mapping[str, Any
     )
 
 
+def controller_owner(meta: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(apiVersion, kind, name) of the object's controlling owner, whatever its kind; None when it has none."""
+    reference = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")), None)
+    if reference is None:
+        return None
+    return str(reference.get("apiVersion")), str(reference.get("kind")), str(reference.get("name"))
+
+
 def disaggregated_set_reference(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The controller reference to the DisaggregatedSet that the object's `disaggregatedset.x-k8s.io/name` label
     names, if the object has one: of the DisaggregatedSet API group, and of that name."""
