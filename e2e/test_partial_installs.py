@@ -20,7 +20,7 @@ from mnnvl_api.models import configuration
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, release, testing
 from mnnvl_topology import executor as topology
-from mnnvl_topology import planner
+from mnnvl_topology import topologies
 
 from . import workloads
 
@@ -174,7 +174,7 @@ def census(api: kube.Kube) -> kube.Object | None:
     return api.get("v1", "configmaps", topology.CENSUS_CONFIGMAP, namespace=release.NAMESPACE)
 
 
-OURS = planner.Provenance.OURS
+OURS = topologies.Provenance.OURS
 #: What topology's default configuration makes: NVCF's Topology and its binding.
 DEFAULT_TOPOLOGY_OBJECTS = (
     (topology.TOPOLOGY, configuration.DEFAULT_TOPOLOGY_NAME),
@@ -191,7 +191,7 @@ def default_topology_removed(kai: cluster.Testbed) -> Iterator[None]:
     api = kai.api()
     for (api_version, plural), name in DEFAULT_TOPOLOGY_OBJECTS:
         found = api.get(api_version, plural, name)
-        if found is not None and planner.provenance(found, installation=release.INSTALLATION) is OURS:
+        if found is not None and topologies.provenance(found, installation=release.INSTALLATION) is OURS:
             api.delete(kube.path_of(api_version, plural, name=name), uid=found["metadata"]["uid"])
 
 

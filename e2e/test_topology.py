@@ -23,7 +23,7 @@ import yaml
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube, preflight
 from mnnvl_testbed import cluster, controllers, crds, processes, release, testing, thirdparty, versions
-from mnnvl_topology import executor, planner
+from mnnvl_topology import executor, topologies
 
 from . import workloads
 
@@ -408,25 +408,27 @@ def test_grove_installed_after_start_up_gets_bindings_and_a_warning_to_restart(k
     """The topologyAwareScheduling toggle enables topology handling in Grove and automatically creates a binding for each configured KAI topology on installation."""
     api = kai.api()
     grove = versions.TOPOLOGY_CRDS[kai.topology_crds or "kai-v0.16.7"].grove_binding
-    before = len(restart_warnings(api, planner.GROVE_BINDINGS.name))  # events outlive a test session
-    with without_crd(kai, planner.GROVE_BINDINGS.name, grove):
+    before = len(restart_warnings(api, topologies.GROVE_BINDINGS.name))  # events outlive a test session
+    with without_crd(kai, topologies.GROVE_BINDINGS.name, grove):
         replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
         wait_event(api, name, events.KAI_ONLY_REASON)
     # Installed again on leaving; once discovery lists it, a Topology event brings the next pass forward.
     testing.wait_for(
-        lambda: discovered(api, planner.GROVE_BINDINGS.name), what="Grove's binding API in discovery", timeout=TIMEOUT
+        lambda: discovered(api, topologies.GROVE_BINDINGS.name),
+        what="Grove's binding API in discovery",
+        timeout=TIMEOUT,
     )
     topology = kube.path_of(*TOPOLOGY, name=name)
     another_pass(replica, "topologies", lambda: api.patch(topology, touched()))
     wait_object(api, BINDING, f"{name}-binding")
-    [message] = restart_warnings(api, planner.GROVE_BINDINGS.name)[before:]
+    [message] = restart_warnings(api, topologies.GROVE_BINDINGS.name)[before:]
     assert message.endswith(
         f"restart mnnvl-topology to watch it, e.g. kubectl -n {controllers.NAMESPACE} rollout restart "
         "deployment/mnnvl-topology"
     )
     # Said once: another pass must not say it again.
     another_pass(replica, "topologies", lambda: api.patch(topology, touched()))
-    assert len(restart_warnings(api, planner.GROVE_BINDINGS.name)) == before + 1
+    assert len(restart_warnings(api, topologies.GROVE_BINDINGS.name)) == before + 1
 
 
 def census(api: kube.Kube) -> dict[str, Any]:

@@ -859,7 +859,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-identity-field-manager",
         keeps="nothing foreign written: a Topology or binding labelled ours is ours only if our field manager wrote it",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find=(
             "    if domains.identity_owner(meta, labels=(keys.MANAGED_BY_LABEL,), annotations=identity) "
             "!= keys.TOPOLOGY_CONTROLLER:"
@@ -870,7 +870,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-identity-installation",
         keeps="nothing foreign written: another installation's Topologies and bindings are never ours",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find="    return Provenance.OURS if recorded == installation else Provenance.OTHER_INSTALLATION",
         replace="    return Provenance.OURS",
         suite=(TOPOLOGY_MODEL,),
@@ -878,7 +878,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-identity-annotation-writer",
         keeps="nothing foreign written: an installation annotation written by someone else makes nothing ours",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find="annotations=identity) != keys.TOPOLOGY_CONTROLLER",
         replace="annotations=()) != keys.TOPOLOGY_CONTROLLER",
         suite=(TOPOLOGY_MODEL,),
@@ -886,7 +886,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-never-delete-legacy",
         keeps="nothing foreign written: an earlier version's unconfigured object (maybe another installation's) stays",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find="    return name not in set(wanted) and provenance(found, installation=installation) is Provenance.OURS",
         replace="    return name not in set(wanted) and _may_write(found, installation=installation)",
         suite=(TOPOLOGY_MODEL,),
@@ -894,7 +894,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-foreign-topology-untouched",
         keeps="nothing foreign written: a same-named Topology not ours is neither patched, adopted nor recreated",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find=(
             "        return Action.CREATE\n    if not _may_write(found, installation=installation):\n"
             "        return Action.FOREIGN\n    wanted, present"
@@ -905,7 +905,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-foreign-binding-untouched",
         keeps="nothing foreign written: a same-named ClusterTopologyBinding not ours is neither patched nor adopted",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find="    if not _may_write(found, installation=installation):\n        return Action.FOREIGN\n    spec, present",
         replace="    spec, present",
         suite=(TOPOLOGY_MODEL,),
@@ -913,7 +913,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-write-as-read",
         keeps="nothing foreign written: an apply over a Topology or binding fails if it changed hands since the read",
-        path="packages/mnnvl-topology/src/mnnvl_topology/planner.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topologies.py",
         find='    meta = {**desired["metadata"], "resourceVersion": found["metadata"]["resourceVersion"]}',
         replace='    meta = {**desired["metadata"]}',
         suite=(TOPOLOGY_MODEL,),

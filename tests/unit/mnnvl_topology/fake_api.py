@@ -15,7 +15,7 @@ from typing import Any, cast
 from mnnvl_api import keys, models
 from mnnvl_api.models import configuration
 from mnnvl_runtime import controller, identity, kube, leases, settings
-from mnnvl_topology import executor, planner, state
+from mnnvl_topology import executor, state, topologies
 
 Object = dict[str, Any]
 LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
@@ -77,7 +77,7 @@ class FakeApi:
     def __init__(
         self,
         refuse: set[str],
-        served: tuple[planner.OptionalApi, ...] = (planner.GROVE_BINDINGS,),
+        served: tuple[topologies.OptionalApi, ...] = (topologies.GROVE_BINDINGS,),
         *,
         objects: dict[tuple[str, str], Object] | None = None,
         field_manager: str = keys.TOPOLOGY_CONTROLLER,
@@ -170,7 +170,7 @@ def executor_over(
     api: FakeApi,
     *names: str,
     levels: list[dict[str, str]] = LEVELS,
-    unwatched: frozenset[planner.OptionalApi] = frozenset(),
+    unwatched: frozenset[topologies.OptionalApi] = frozenset(),
     topologies: list[Object] | None = None,
     installation: str | None = None,
 ) -> executor.Executor:

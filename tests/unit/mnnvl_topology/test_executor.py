@@ -11,13 +11,13 @@ import pytest
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
 from mnnvl_runtime import kube, metrics
-from mnnvl_topology import executor, planner
+from mnnvl_topology import executor, topologies
 
 from ..mnnvl_runtime import fakes
 from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored, topologies_seen
 
 Object = dict[str, Any]
-#: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `planner.schema_has_aliases` reads it.
+#: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `topologies.schema_has_aliases` reads it.
 ALIASED_VERSION = {
     "name": keys.KAI_TOPOLOGY_VERSION,
     "schema": {
@@ -66,7 +66,7 @@ def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written()
 def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_written() -> None:
     api = FakeApi(refuse={"old"})
     old = stored(
-        planner.desired_topology(entry("old"), aliases=False, installation=INSTALLATION),
+        topologies.desired_topology(entry("old"), aliases=False, installation=INSTALLATION),
         manager=keys.TOPOLOGY_CONTROLLER,
     )
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
@@ -99,7 +99,7 @@ def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_neve
     assert asyncio.run(fakes.within(publish())) == 2
     running.on_resync()  # the periodic resync: a deleted ConfigMap comes back
     assert asyncio.run(fakes.within(publish())) == 3
-    assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.census().to_json()
+    assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.current_census().to_json()
 
 
 def test_a_vanished_clique_leaves_the_gauges_and_the_others_keep_their_values() -> None:
@@ -324,7 +324,7 @@ def test_aliases_the_served_schema_cannot_hold_are_reported_once_per_topology_un
 
 def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap() -> None:
     api = FakeApi(refuse=set(), served=())
-    running = executor_over(api, "a", unwatched=frozenset(planner.OPTIONAL_APIS))
+    running = executor_over(api, "a", unwatched=frozenset(topologies.OPTIONAL_APIS))
 
     def restarts() -> list[str]:
         asyncio.run(fakes.within(running.sync_topologies()))
@@ -335,17 +335,17 @@ def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap()
         return [event["message"].split(" ", 1)[0] for event in found]
 
     assert restarts() == []
-    api.served.add(planner.GROVE_BINDINGS)
+    api.served.add(topologies.GROVE_BINDINGS)
     assert restarts() == ["clustertopologybindings.grove.io"]
     assert (keys.GROVE_BINDING_PLURAL, "a-binding") in api.objects  # the periodic pass uses it at once
     assert restarts() == ["clustertopologybindings.grove.io"]
-    api.served.add(planner.COMPUTE_DOMAINS)
+    api.served.add(topologies.COMPUTE_DOMAINS)
     assert restarts() == ["clustertopologybindings.grove.io", "computedomains.resource.nvidia.com"]
     assert restarts() == ["clustertopologybindings.grove.io", "computedomains.resource.nvidia.com"]
 
 
 def test_an_api_served_at_start_up_is_watched_and_never_reported() -> None:
-    api = FakeApi(refuse=set(), served=planner.OPTIONAL_APIS)
+    api = FakeApi(refuse=set(), served=topologies.OPTIONAL_APIS)
     asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
     assert warnings(api, reasons.WATCH_NEEDS_RESTART_REASON) == []
 
@@ -356,7 +356,7 @@ def foreign_objects(kind: str) -> float | None:
 
 def copied(name: str, *, installation: str = INSTALLATION, manager: str = "kubectl") -> Object:
     """Our Topology `name`'s manifest, as written by `manager` (a copied manifest, a restore)."""
-    return stored(planner.desired_topology(entry(name), aliases=False, installation=installation), manager=manager)
+    return stored(topologies.desired_topology(entry(name), aliases=False, installation=installation), manager=manager)
 
 
 def passes(running: executor.Executor, api: FakeApi, count: int = 2) -> None:
@@ -413,9 +413,9 @@ def test_an_earlier_versions_objects_are_adopted_where_configured_and_never_dele
     record this installation (same uid, an event each); the unconfigured one is left, as another installation may
     use it."""
     api = FakeApi(refuse=set())
-    bare = {"labels": dict(planner.OURS)}
-    topology = planner.desired_topology(entry("a"), aliases=False, installation=INSTALLATION)
-    binding = planner.desired_binding(entry("a"), installation=INSTALLATION)
+    bare = {"labels": dict(topologies.OURS)}
+    topology = topologies.desired_topology(entry("a"), aliases=False, installation=INSTALLATION)
+    binding = topologies.desired_binding(entry("a"), installation=INSTALLATION)
     assert binding is not None
     for plural, manifest, name in (
         (keys.KAI_TOPOLOGY_PLURAL, topology, "a"),
@@ -436,9 +436,9 @@ def test_an_earlier_versions_objects_are_adopted_where_configured_and_never_dele
     assert {key: body["metadata"]["uid"] for key, body in api.objects.items()} == uids
     for plural, name in ((keys.KAI_TOPOLOGY_PLURAL, "a"), (keys.GROVE_BINDING_PLURAL, "a-binding")):
         adopted = api.objects[(plural, name)]
-        assert planner.provenance(adopted, installation=INSTALLATION) is planner.Provenance.OURS
+        assert topologies.provenance(adopted, installation=INSTALLATION) is topologies.Provenance.OURS
     old = api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")]
-    assert planner.provenance(old, installation=INSTALLATION) is planner.Provenance.LEGACY
+    assert topologies.provenance(old, installation=INSTALLATION) is topologies.Provenance.LEGACY
     assert [event["reason"] for event in api.events if event["reason"].endswith("Adopted")] == [
         reasons.TOPOLOGY_ADOPTED_REASON,
         reasons.BINDING_ADOPTED_REASON,

@@ -9,7 +9,7 @@ import pytest
 
 from mnnvl_api import keys, models
 from mnnvl_api.models import configuration
-from mnnvl_topology import planner
+from mnnvl_topology import census, fit, topologies
 
 from ..mnnvl_api.gpu_rule import GPU_RULE
 from . import fake_api
@@ -38,7 +38,7 @@ def found(
 ) -> dict[str, Any]:
     """A Topology as read: labelled ours (or not), recording `installation` (None: none), every label and annotation
     written by `manager`."""
-    meta: dict[str, Any] = {"name": "nvl72", "uid": "u1", "labels": dict(planner.OURS) if ours else {}}
+    meta: dict[str, Any] = {"name": "nvl72", "uid": "u1", "labels": dict(topologies.OURS) if ours else {}}
     if installation is not None:
         meta["annotations"] = {keys.INSTALLATION_ANNOTATION: installation}
     if owner:
@@ -49,7 +49,7 @@ def found(
 
 def test_the_default_configuration_is_nvcfs_topology_and_binding() -> None:
     [default] = models.Configuration().topologies
-    assert planner.desired_topology(default, aliases=False, installation=INSTALLATION) == {
+    assert topologies.desired_topology(default, aliases=False, installation=INSTALLATION) == {
         "apiVersion": "kai.scheduler/v1alpha1",
         "kind": "Topology",
         "metadata": {
@@ -59,7 +59,7 @@ def test_the_default_configuration_is_nvcfs_topology_and_binding() -> None:
         },
         "spec": {"levels": [{"nodeLabel": "nvidia.com/gpu.clique"}, {"nodeLabel": "kubernetes.io/hostname"}]},
     }
-    assert planner.desired_binding(default, installation=INSTALLATION) == {
+    assert topologies.desired_binding(default, installation=INSTALLATION) == {
         "apiVersion": "grove.io/v1alpha1",
         "kind": "ClusterTopologyBinding",
         "metadata": {
@@ -81,17 +81,17 @@ def test_the_default_configuration_is_nvcfs_topology_and_binding() -> None:
 
 def test_aliases_are_written_only_where_the_served_schema_has_them() -> None:
     aliased = entry(levels=[{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST}])
-    assert planner.desired_topology(aliased, aliases=True, installation=INSTALLATION)["spec"]["levels"][0] == {
+    assert topologies.desired_topology(aliased, aliases=True, installation=INSTALLATION)["spec"]["levels"][0] == {
         "nodeLabel": CLIQUE,
         "alias": "clique",
     }
-    without = planner.desired_topology(aliased, aliases=False, installation=INSTALLATION)
+    without = topologies.desired_topology(aliased, aliases=False, installation=INSTALLATION)
     assert without["spec"]["levels"][0] == {"nodeLabel": CLIQUE}
 
 
 def test_a_disabled_binding_is_not_desired_and_a_named_one_keeps_its_name() -> None:
-    assert planner.desired_binding(entry(groveBinding={"enabled": False}), installation=INSTALLATION) is None
-    named = planner.desired_binding(entry(groveBinding={"name": "nvl72"}), installation=INSTALLATION)
+    assert topologies.desired_binding(entry(groveBinding={"enabled": False}), installation=INSTALLATION) is None
+    named = topologies.desired_binding(entry(groveBinding={"name": "nvl72"}), installation=INSTALLATION)
     assert named is not None
     assert named["metadata"]["name"] == "nvl72"
 
@@ -99,44 +99,44 @@ def test_a_disabled_binding_is_not_desired_and_a_named_one_keeps_its_name() -> N
 @pytest.mark.parametrize(
     ("wanted", "present", "aliases", "action"),
     [
-        pytest.param([{"nodeLabel": CLIQUE}], None, False, planner.Action.CREATE, id="missing"),
-        pytest.param([{"nodeLabel": CLIQUE}], [{"nodeLabel": CLIQUE}], False, planner.Action.KEEP, id="same-v0.16"),
+        pytest.param([{"nodeLabel": CLIQUE}], None, False, topologies.Action.CREATE, id="missing"),
+        pytest.param([{"nodeLabel": CLIQUE}], [{"nodeLabel": CLIQUE}], False, topologies.Action.KEEP, id="same-v0.16"),
         pytest.param(
             [{"nodeLabel": "example.com/rack"}, {"nodeLabel": CLIQUE}],
             [{"nodeLabel": CLIQUE}],
             False,
-            planner.Action.RECREATE,
+            topologies.Action.RECREATE,
             id="new-levels-v0.16",
         ),
         pytest.param(
             [{"nodeLabel": "example.com/rack"}, {"nodeLabel": CLIQUE}],
             [{"nodeLabel": CLIQUE}],
             True,
-            planner.Action.RECREATE,
+            topologies.Action.RECREATE,
             id="new-node-labels-v0.17",
         ),
         pytest.param(
             [{"nodeLabel": CLIQUE, "alias": "nvlink"}],
             [{"nodeLabel": CLIQUE, "alias": "clique"}],
             True,
-            planner.Action.PATCH,
+            topologies.Action.PATCH,
             id="new-alias-v0.17",
         ),
         pytest.param(
             [{"nodeLabel": CLIQUE, "alias": "clique"}],
             [{"nodeLabel": CLIQUE}],
             True,
-            planner.Action.PATCH,
+            topologies.Action.PATCH,
             id="added-alias-v0.17",
         ),
     ],
 )
 def test_drift_is_repaired_as_the_served_kai_release_allows(
-    wanted: list[dict[str, str]], present: list[dict[str, str]] | None, aliases: bool, action: planner.Action
+    wanted: list[dict[str, str]], present: list[dict[str, str]] | None, aliases: bool, action: topologies.Action
 ) -> None:
     desired = {"metadata": {"name": "nvl72"}, "spec": {"levels": wanted}}
     existing = None if present is None else found(present)
-    assert planner.decide_topology(desired, existing, aliases=aliases, installation=INSTALLATION) is action
+    assert topologies.decide_topology(desired, existing, aliases=aliases, installation=INSTALLATION) is action
 
 
 @pytest.mark.parametrize(
@@ -156,32 +156,35 @@ def test_drift_is_repaired_as_the_served_kai_release_allows(
 )
 def test_a_same_named_topology_we_did_not_create_is_foreign(topology: dict[str, Any], owner: str) -> None:
     desired = {"metadata": {"name": "nvl72"}, "spec": {"levels": [{"nodeLabel": CLIQUE}]}}
-    assert planner.decide_topology(desired, topology, aliases=True, installation=INSTALLATION) is planner.Action.FOREIGN
-    assert planner.foreign_owner(topology, installation=INSTALLATION) == owner
+    assert (
+        topologies.decide_topology(desired, topology, aliases=True, installation=INSTALLATION)
+        is topologies.Action.FOREIGN
+    )
+    assert topologies.foreign_owner(topology, installation=INSTALLATION) == owner
 
 
 def test_a_binding_is_patched_back_when_its_spec_differs() -> None:
-    desired = planner.desired_binding(entry(), installation=INSTALLATION)
+    desired = topologies.desired_binding(entry(), installation=INSTALLATION)
     assert desired is not None
     present = fake_api.stored(desired, manager=keys.TOPOLOGY_CONTROLLER)
 
-    def decided(binding: dict[str, Any] | None) -> planner.Action:
-        return planner.decide_binding(desired, binding, installation=INSTALLATION)
+    def decided(binding: dict[str, Any] | None) -> topologies.Action:
+        return topologies.decide_binding(desired, binding, installation=INSTALLATION)
 
-    assert decided(present) is planner.Action.KEEP
+    assert decided(present) is topologies.Action.KEEP
     present["spec"] = {**desired["spec"], "schedulerTopologyBindings": []}
-    assert decided(present) is planner.Action.PATCH
-    assert decided({"metadata": {}, "spec": desired["spec"]}) is planner.Action.FOREIGN
-    assert decided(fake_api.stored(desired)) is planner.Action.FOREIGN  # the same manifest, written by kubectl
-    assert decided(None) is planner.Action.CREATE
+    assert decided(present) is topologies.Action.PATCH
+    assert decided({"metadata": {}, "spec": desired["spec"]}) is topologies.Action.FOREIGN
+    assert decided(fake_api.stored(desired)) is topologies.Action.FOREIGN  # the same manifest, written by kubectl
+    assert decided(None) is topologies.Action.CREATE
 
 
 def test_aliases_are_reported_as_dropped_only_where_the_served_schema_has_none() -> None:
     aliased = entry(levels=[{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST, "alias": "host"}])
-    assert planner.dropped_aliases(aliased, aliases=False) == ["clique", "host"]
-    assert planner.dropped_aliases(aliased, aliases=True) == []
-    assert planner.dropped_aliases(entry(), aliases=False) == []
-    assert planner.aliases_ignored_message("nvl72", ["clique", "host"]) == (
+    assert topologies.dropped_aliases(aliased, aliases=False) == ["clique", "host"]
+    assert topologies.dropped_aliases(aliased, aliases=True) == []
+    assert topologies.dropped_aliases(entry(), aliases=False) == []
+    assert topologies.aliases_ignored_message("nvl72", ["clique", "host"]) == (
         "Topology nvl72 is written without its aliases clique, host: the served topologies.kai.scheduler schema has "
         "no levels[].alias; KAI Scheduler v0.17+ is needed for them, until then name the levels by their nodeLabel"
     )
@@ -190,51 +193,51 @@ def test_aliases_are_reported_as_dropped_only_where_the_served_schema_has_none()
 @pytest.mark.parametrize(
     ("unwatched", "served", "reported", "due"),
     [
-        pytest.param(set(), set(planner.OPTIONAL_APIS), set(), [], id="all-watched-since-start-up"),
-        pytest.param(set(planner.OPTIONAL_APIS), set(), set(), [], id="still-not-served"),
+        pytest.param(set(), set(topologies.OPTIONAL_APIS), set(), [], id="all-watched-since-start-up"),
+        pytest.param(set(topologies.OPTIONAL_APIS), set(), set(), [], id="still-not-served"),
         pytest.param(
-            set(planner.OPTIONAL_APIS),
-            set(planner.OPTIONAL_APIS),
+            set(topologies.OPTIONAL_APIS),
+            set(topologies.OPTIONAL_APIS),
             set(),
-            [planner.GROVE_BINDINGS, planner.COMPUTE_DOMAINS],
+            [topologies.GROVE_BINDINGS, topologies.COMPUTE_DOMAINS],
             id="both-served-since",
         ),
         pytest.param(
-            set(planner.OPTIONAL_APIS),
-            set(planner.OPTIONAL_APIS),
-            {planner.GROVE_BINDINGS},
-            [planner.COMPUTE_DOMAINS],
+            set(topologies.OPTIONAL_APIS),
+            set(topologies.OPTIONAL_APIS),
+            {topologies.GROVE_BINDINGS},
+            [topologies.COMPUTE_DOMAINS],
             id="one-reported-already",
         ),
         pytest.param(
-            {planner.GROVE_BINDINGS},
-            set(planner.OPTIONAL_APIS),
+            {topologies.GROVE_BINDINGS},
+            set(topologies.OPTIONAL_APIS),
             set(),
-            [planner.GROVE_BINDINGS],
+            [topologies.GROVE_BINDINGS],
             id="the-other-watched",
         ),
     ],
 )
 def test_an_api_served_since_start_up_is_reported_once(
-    unwatched: set[planner.OptionalApi],
-    served: set[planner.OptionalApi],
-    reported: set[planner.OptionalApi],
-    due: list[planner.OptionalApi],
+    unwatched: set[topologies.OptionalApi],
+    served: set[topologies.OptionalApi],
+    reported: set[topologies.OptionalApi],
+    due: list[topologies.OptionalApi],
 ) -> None:
-    assert planner.served_since_start_up(unwatched, served, reported) == due
+    assert topologies.served_since_start_up(unwatched, served, reported) == due
 
 
 def test_the_restart_message_names_the_api_what_is_missed_and_the_restart() -> None:
-    assert planner.restart_message(planner.GROVE_BINDINGS, namespace="mnnvl-system") == (
+    assert topologies.restart_message(topologies.GROVE_BINDINGS, namespace="mnnvl-system") == (
         "clustertopologybindings.grove.io is served now but was not when mnnvl-topology started, so it is not "
         "watched: an edited binding is restored by the periodic pass only, not at once; restart mnnvl-topology to "
         "watch it, e.g. kubectl -n mnnvl-system rollout restart deployment/mnnvl-topology"
     )
-    assert planner.COMPUTE_DOMAINS.name == "computedomains.resource.nvidia.com"
+    assert topologies.COMPUTE_DOMAINS.name == "computedomains.resource.nvidia.com"
 
 
 def test_only_our_topologies_that_left_the_configuration_are_obsolete() -> None:
-    assert planner.obsolete(["a", "b"], ["b", "c"]) == ["a"]
+    assert topologies.obsolete(["a", "b"], ["b", "c"]) == ["a"]
 
 
 @pytest.mark.parametrize(
@@ -260,12 +263,12 @@ def test_only_our_topologies_that_left_the_configuration_are_obsolete() -> None:
     ],
 )
 def test_alias_support_is_read_from_the_served_schema(version: dict[str, Any], aliases: bool) -> None:
-    assert planner.schema_has_aliases({"spec": {"versions": [version]}}) is aliases
-    assert planner.schema_has_aliases(None) is False
+    assert topologies.schema_has_aliases({"spec": {"versions": [version]}}) is aliases
+    assert topologies.schema_has_aliases(None) is False
 
 
-def node(name: str, clique: str | None, gpus: int = 4, *, schedulable: bool = True) -> planner.NodeFacts:
-    return planner.NodeFacts(name=name, clique=clique, gpus=gpus, schedulable=schedulable)
+def node(name: str, clique: str | None, gpus: int = 4, *, schedulable: bool = True) -> census.NodeFacts:
+    return census.NodeFacts(name=name, clique=clique, gpus=gpus, schedulable=schedulable)
 
 
 def pod(
@@ -275,8 +278,8 @@ def pod(
     templates: frozenset[str] = frozenset(),
     channel: bool = False,
     gpu: bool = False,
-) -> planner.PodFacts:
-    return planner.PodFacts(
+) -> census.PodFacts:
+    return census.PodFacts(
         namespace="ns", name=name, node=node_name, live=True, templates=templates, channel_claim=channel, gpu=gpu,
         unschedulable=False, topology_missing=False, scope=None, kai=False, slice=None, lws=None, group_index=None,
         gang=None, owner=None,
@@ -297,12 +300,12 @@ def test_the_census_counts_nodes_gpus_channels_and_free_nodes_per_clique() -> No
         pod("p2", "b1", templates=frozenset({"hand-made"})),
         pod("p3", None, channel=True),
     ]
-    busy = planner.channel_nodes(pods, frozenset({("ns", "hand-made")}))
+    busy = census.channel_nodes(pods, frozenset({("ns", "hand-made")}))
     assert busy == {"a1", "b1"}
-    assert planner.census(nodes, busy, gpu_nodes=()) == planner.Census(
+    assert census.census(nodes, busy, gpu_nodes=()) == census.Census(
         cliques=(
-            planner.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),
-            planner.CliqueCount(clique="b", nodes=1, gpus=4, channel_nodes=1, free_nodes=0),
+            census.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),
+            census.CliqueCount(clique="b", nodes=1, gpus=4, channel_nodes=1, free_nodes=0),
         ),
         unlabelled_gpu_nodes=("lost",),
     )
@@ -311,24 +314,24 @@ def test_the_census_counts_nodes_gpus_channels_and_free_nodes_per_clique() -> No
 def test_a_gpu_pod_without_a_channel_makes_its_node_busy_but_holds_no_channel() -> None:
     nodes = [node("a1", "a"), node("a2", "a"), node("a3", "a")]
     pods = [pod("p1", "a1", channel=True), pod("kai-0", "a2", gpu=True), pod("waiting", None, gpu=True)]
-    assert planner.gpu_nodes(pods) == {"a2"}
-    found = planner.census(nodes, planner.channel_nodes(pods, frozenset()), gpu_nodes=planner.gpu_nodes(pods))
-    assert found.cliques == (planner.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),)
+    assert census.gpu_nodes(pods) == {"a2"}
+    found = census.census(nodes, census.channel_nodes(pods, frozenset()), gpu_nodes=census.gpu_nodes(pods))
+    assert found.cliques == (census.CliqueCount(clique="a", nodes=3, gpus=12, channel_nodes=1, free_nodes=1),)
 
 
 @pytest.mark.parametrize(("spec", "expected"), [pytest.param(s, e, id=i) for i, s, e in GPU_RULE])
 def test_the_census_follows_the_one_gpu_rule(spec: dict[str, Any], expected: bool) -> None:
     """A node whose only GPU user is a GPU sidecar is busy to the census, as it is to the scheduler."""
     body = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {**spec, "nodeName": "a1"}, "status": {}}
-    assert planner.pod_facts(body).gpu is expected
+    assert census.pod_facts(body).gpu is expected
 
 
 def test_a_claim_from_another_template_is_no_channel() -> None:
-    assert planner.channel_nodes([pod("p", "a1", templates=frozenset({"gpu"}))], frozenset({("ns", "cd")})) == set()
+    assert census.channel_nodes([pod("p", "a1", templates=frozenset({"gpu"}))], frozenset({("ns", "cd")})) == set()
 
 
 def test_pod_facts_read_channels_scheduling_and_group() -> None:
-    facts = planner.pod_facts(
+    facts = census.pod_facts(
         {
             "metadata": {
                 "name": "w-0-1",
@@ -356,7 +359,7 @@ def test_pod_facts_read_channels_scheduling_and_group() -> None:
 
 
 def test_a_finished_pod_holds_no_channel() -> None:
-    facts = planner.pod_facts(
+    facts = census.pod_facts(
         {
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {
@@ -372,10 +375,10 @@ def test_a_finished_pod_holds_no_channel() -> None:
     )  # fmt: skip
 
 
-def census_of(*free: int) -> planner.Census:
-    return planner.Census(
+def census_of(*free: int) -> census.Census:
+    return census.Census(
         cliques=tuple(
-            planner.CliqueCount(clique=f"c{index}", nodes=4, gpus=16, channel_nodes=4 - count, free_nodes=count)
+            census.CliqueCount(clique=f"c{index}", nodes=4, gpus=16, channel_nodes=4 - count, free_nodes=count)
             for index, count in enumerate(free)
         ),
         unlabelled_gpu_nodes=(),
@@ -398,12 +401,12 @@ def census_of(*free: int) -> planner.Census:
     ],
 )
 def test_a_group_that_no_clique_can_hold_gets_the_largest_free_clique_named(
-    needed: int, census: planner.Census, message: str | None
+    needed: int, census: census.Census, message: str | None
 ) -> None:
-    assert message_of(planner.cannot_fit(needed, census)) == message
+    assert message_of(fit.cannot_fit(needed, census)) == message
 
 
-def message_of(verdict: planner.Verdict | None) -> str | None:
+def message_of(verdict: fit.Verdict | None) -> str | None:
     return None if verdict is None else verdict.message
 
 
@@ -429,18 +432,16 @@ def message_of(verdict: planner.Verdict | None) -> str | None:
     ],
 )  # fmt: skip
 def test_a_partly_placed_group_must_fit_where_its_pods_run(
-    needed: int, placed: dict[str, int], census: planner.Census, message: str | None
+    needed: int, placed: dict[str, int], census: census.Census, message: str | None
 ) -> None:
     """KAI keeps a required placement's later pods in the domain of its running ones: the free nodes of other
     cliques do not help the pods still pending."""
-    assert message_of(planner.cannot_fit(needed, census, placed)) == message
+    assert message_of(fit.cannot_fit(needed, census, placed)) == message
 
 
 def test_the_message_does_not_change_while_the_groups_pods_are_placed_one_by_one() -> None:
     """Once per change of the message: each placed pod takes one free node of its clique, which is no news."""
-    messages = {
-        message_of(planner.cannot_fit(5, census_of(4 - running, 4), {"c0": running})) for running in range(1, 5)
-    }
+    messages = {message_of(fit.cannot_fit(5, census_of(4 - running, 4), {"c0": running})) for running in range(1, 5)}
     assert messages == {"needs 5 nodes in one clique; clique c0, where its pods run, has room for 4"}
 
 
@@ -451,7 +452,7 @@ def test_the_message_does_not_change_while_the_groups_pods_are_placed_one_by_one
 def test_other_cliques_coming_and_going_is_no_news(placed: dict[str, int], frees: tuple[int, ...]) -> None:
     """Other workloads change the free nodes of cliques the group does not use: the message may say so, but it
     is the same verdict, so no second Warning is posted."""
-    verdicts = [planner.cannot_fit(6, census_of(2, free), placed) for free in frees]
+    verdicts = [fit.cannot_fit(6, census_of(2, free), placed) for free in frees]
     news = {verdict.news for verdict in verdicts if verdict is not None}
     messages = {verdict.message for verdict in verdicts if verdict is not None}
     assert (len(news), len(messages) > 1, None in verdicts) == (1, True, False)
@@ -482,12 +483,12 @@ DECODE = podgroup("decode", ["d-0", "d-1"], 2)
 def test_without_a_constraint_of_its_own_a_gang_follows_its_top_owners_placement() -> None:
     """KAI's Grove grouper reads `kai.scheduler/topology-required-placement` from the gang's top owner (the
     PodCliqueSet, or Dynamo's deployment) when the PodGang has no required level; the gang's own level wins."""
-    levels = planner.clique_levels([])
-    group = planner.gang_group(gang(PREFILL, DECODE), "p-1", clique_levels=levels, owner_placement=CLIQUE)
+    levels = fit.clique_levels([])
+    group = fit.gang_group(gang(PREFILL, DECODE), "p-1", clique_levels=levels, owner_placement=CLIQUE)
     assert group is not None
     assert group.needed == 4
     own_level = gang(PREFILL, DECODE, constraint=HOST)
-    assert planner.gang_group(own_level, "p-1", clique_levels=levels, owner_placement=CLIQUE) is None
+    assert fit.gang_group(own_level, "p-1", clique_levels=levels, owner_placement=CLIQUE) is None
 
 
 @pytest.mark.parametrize(
@@ -519,16 +520,16 @@ def test_without_a_constraint_of_its_own_a_gang_follows_its_top_owners_placement
 def test_a_grove_pods_group_is_the_widest_part_of_its_gang_asked_into_one_clique(
     found: dict[str, Any], needed: int | None, members: set[str] | None
 ) -> None:
-    levels = planner.clique_levels([entry(levels=[{"nodeLabel": CLIQUE, "alias": "nvlink"}, {"nodeLabel": HOST}])])
-    group = planner.gang_group(found, "p-1", clique_levels=levels)
+    levels = fit.clique_levels([entry(levels=[{"nodeLabel": CLIQUE, "alias": "nvlink"}, {"nodeLabel": HOST}])])
+    group = fit.gang_group(found, "p-1", clique_levels=levels)
     assert (None if group is None else (group.needed, set(group.members or ()), group.workload["kind"])) == (
         None if needed is None else (needed, members, "PodGang")
     )
 
 
-def facts_of(labels: dict[str, str], owner: str | None = None) -> planner.PodFacts:
+def facts_of(labels: dict[str, str], owner: str | None = None) -> census.PodFacts:
     refs = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": owner, "controller": True}] if owner else []
-    return planner.pod_facts(
+    return census.pod_facts(
         {"metadata": {"name": "p", "namespace": "ns", "labels": labels, "ownerReferences": refs}, "spec": {}}
     )
 
@@ -550,8 +551,8 @@ def facts_of(labels: dict[str, str], owner: str | None = None) -> planner.PodFac
         pytest.param(facts_of({}), ("owner", "", "", "p"), id="alone"),
     ],
 )  # fmt: skip
-def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: planner.PodFacts, key: tuple[str, ...]) -> None:
-    assert planner.group_key(facts) == key
+def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: census.PodFacts, key: tuple[str, ...]) -> None:
+    assert census.group_key(facts) == key
 
 
 @pytest.mark.parametrize(
@@ -599,8 +600,8 @@ def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: planner.PodFacts
 def test_the_group_size_comes_from_the_workload_that_asked_for_one_clique(
     workload: dict[str, Any], size: int | None
 ) -> None:
-    levels = planner.clique_levels([entry(levels=[{"nodeLabel": CLIQUE, "alias": "nvlink"}, {"nodeLabel": HOST}])])
-    assert planner.opted_in_group_size(workload, clique_levels=levels) == size
+    levels = fit.clique_levels([entry(levels=[{"nodeLabel": CLIQUE, "alias": "nvlink"}, {"nodeLabel": HOST}])])
+    assert fit.opted_in_group_size(workload, clique_levels=levels) == size
 
 
 @pytest.mark.parametrize(
@@ -654,7 +655,7 @@ def test_an_invalid_topology_is_refused_naming_the_entry(document: dict[str, Any
 
 def test_a_scheduler_name_shaped_like_kubernetes_own_is_accepted() -> None:
     named = entry(groveBinding={"schedulerName": "kai.scheduler-2"})
-    binding = planner.desired_binding(named, installation=INSTALLATION)
+    binding = topologies.desired_binding(named, installation=INSTALLATION)
     assert binding is not None
     assert binding["spec"]["schedulerTopologyBindings"] == [
         {"schedulerName": "kai.scheduler-2", "topologyReference": "nvl72"}
@@ -680,18 +681,22 @@ SAME = [{"nodeLabel": CLIQUE}, {"nodeLabel": HOST}]
 @pytest.mark.parametrize(
     ("topology", "provenance"),
     [
-        pytest.param(found(SAME), planner.Provenance.OURS, id="ours"),
-        pytest.param(found(SAME, installation=None), planner.Provenance.LEGACY, id="earlier-version"),
-        pytest.param(found(SAME, installation=OTHER), planner.Provenance.OTHER_INSTALLATION, id="other-installation"),
-        pytest.param(found(SAME, manager="kubectl"), planner.Provenance.FOREIGN, id="copied-manifest"),
-        pytest.param(found(SAME, manager="kubectl", installation=None), planner.Provenance.FOREIGN, id="copied-bare"),
-        pytest.param(found(SAME, ours=False), planner.Provenance.FOREIGN, id="not-labelled"),
+        pytest.param(found(SAME), topologies.Provenance.OURS, id="ours"),
+        pytest.param(found(SAME, installation=None), topologies.Provenance.LEGACY, id="earlier-version"),
+        pytest.param(
+            found(SAME, installation=OTHER), topologies.Provenance.OTHER_INSTALLATION, id="other-installation"
+        ),
+        pytest.param(found(SAME, manager="kubectl"), topologies.Provenance.FOREIGN, id="copied-manifest"),
+        pytest.param(
+            found(SAME, manager="kubectl", installation=None), topologies.Provenance.FOREIGN, id="copied-bare"
+        ),
+        pytest.param(found(SAME, ours=False), topologies.Provenance.FOREIGN, id="not-labelled"),
     ],
 )
 def test_an_object_is_ours_only_when_our_field_manager_wrote_it_for_this_installation(
-    topology: dict[str, Any], provenance: planner.Provenance
+    topology: dict[str, Any], provenance: topologies.Provenance
 ) -> None:
-    assert planner.provenance(topology, installation=INSTALLATION) is provenance
+    assert topologies.provenance(topology, installation=INSTALLATION) is provenance
 
 
 def test_our_label_with_an_installation_annotation_written_by_someone_else_is_not_ours() -> None:
@@ -701,8 +706,8 @@ def test_our_label_with_an_installation_annotation_written_by_someone_else_is_no
     topology["metadata"]["managedFields"].append(
         fake_api.ownership("kubectl-annotate", {"annotations": topology["metadata"]["annotations"]})
     )
-    assert planner.provenance(topology, installation=INSTALLATION) is planner.Provenance.FOREIGN
-    assert planner.foreign_owner(topology, installation=INSTALLATION) == (
+    assert topologies.provenance(topology, installation=INSTALLATION) is topologies.Provenance.FOREIGN
+    assert topologies.foreign_owner(topology, installation=INSTALLATION) == (
         "labelled app.kubernetes.io/managed-by=mnnvl-topology but written by kubectl-annotate, mnnvl-topology, not "
         "by mnnvl-topology alone (managedFields)"
     )
@@ -727,41 +732,41 @@ def test_an_object_labelled_ours_that_is_not_is_left_alone_saying_whose_it_is(
 ) -> None:
     """Whatever its levels, nothing is written to it: no recreate, no patch, no adoption."""
     for wanted in (SAME, [{"nodeLabel": "example.com/rack"}, *SAME]):
-        desired = planner.desired_topology(entry(levels=wanted), aliases=True, installation=INSTALLATION)
-        assert planner.decide_topology(desired, topology, aliases=True, installation=INSTALLATION) is (
-            planner.Action.FOREIGN
+        desired = topologies.desired_topology(entry(levels=wanted), aliases=True, installation=INSTALLATION)
+        assert topologies.decide_topology(desired, topology, aliases=True, installation=INSTALLATION) is (
+            topologies.Action.FOREIGN
         )
-    assert planner.foreign_owner(topology, installation=INSTALLATION) == owner
-    assert not planner.removable(topology, wanted=[], installation=INSTALLATION)
+    assert topologies.foreign_owner(topology, installation=INSTALLATION) == owner
+    assert not topologies.removable(topology, wanted=[], installation=INSTALLATION)
 
 
 @pytest.mark.parametrize(
     ("wanted", "aliases", "action"),
     [
-        pytest.param(SAME, False, planner.Action.ADOPT, id="in-shape"),
-        pytest.param([{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST}], True, planner.Action.PATCH,
+        pytest.param(SAME, False, topologies.Action.ADOPT, id="in-shape"),
+        pytest.param([{"nodeLabel": CLIQUE, "alias": "clique"}, {"nodeLabel": HOST}], True, topologies.Action.PATCH,
                      id="new-alias"),
-        pytest.param([{"nodeLabel": "example.com/rack"}, *SAME], False, planner.Action.RECREATE, id="new-levels"),
+        pytest.param([{"nodeLabel": "example.com/rack"}, *SAME], False, topologies.Action.RECREATE, id="new-levels"),
     ],
 )  # fmt: skip
 def test_an_earlier_versions_object_under_a_configured_name_is_adopted(
-    wanted: list[dict[str, str]], aliases: bool, action: planner.Action
+    wanted: list[dict[str, str]], aliases: bool, action: topologies.Action
 ) -> None:
     """Each write of it records this installation: the apply of the desired object, or the recreated object."""
-    desired = planner.desired_topology(entry(levels=wanted), aliases=aliases, installation=INSTALLATION)
+    desired = topologies.desired_topology(entry(levels=wanted), aliases=aliases, installation=INSTALLATION)
     legacy = found(SAME, installation=None)
-    assert planner.decide_topology(desired, legacy, aliases=aliases, installation=INSTALLATION) is action
+    assert topologies.decide_topology(desired, legacy, aliases=aliases, installation=INSTALLATION) is action
     assert desired["metadata"]["annotations"] == {keys.INSTALLATION_ANNOTATION: INSTALLATION}
 
 
 def test_an_earlier_versions_binding_in_shape_is_adopted() -> None:
-    desired = planner.desired_binding(entry(), installation=INSTALLATION)
+    desired = topologies.desired_binding(entry(), installation=INSTALLATION)
     assert desired is not None
     legacy = fake_api.stored(
-        {**desired, "metadata": {"name": desired["metadata"]["name"], "labels": dict(planner.OURS)}},
+        {**desired, "metadata": {"name": desired["metadata"]["name"], "labels": dict(topologies.OURS)}},
         manager=keys.TOPOLOGY_CONTROLLER,
     )
-    assert planner.decide_binding(desired, legacy, installation=INSTALLATION) is planner.Action.ADOPT
+    assert topologies.decide_binding(desired, legacy, installation=INSTALLATION) is topologies.Action.ADOPT
 
 
 @pytest.mark.parametrize(
@@ -778,13 +783,13 @@ def test_an_earlier_versions_binding_in_shape_is_adopted() -> None:
 def test_only_this_installations_objects_are_deleted_when_unconfigured(
     topology: dict[str, Any], wanted: list[str], removable: bool
 ) -> None:
-    assert planner.removable(topology, wanted=wanted, installation=INSTALLATION) is removable
+    assert topologies.removable(topology, wanted=wanted, installation=INSTALLATION) is removable
 
 
 def test_a_write_over_an_object_is_conditional_on_it_as_read() -> None:
-    desired = planner.desired_topology(entry(), aliases=False, installation=INSTALLATION)
+    desired = topologies.desired_topology(entry(), aliases=False, installation=INSTALLATION)
     present = {**found(SAME), "metadata": {**found(SAME)["metadata"], "resourceVersion": "42"}}
-    written = planner.conditional(desired, present)
+    written = topologies.conditional(desired, present)
     assert written["metadata"] == {**desired["metadata"], "resourceVersion": "42"}
     assert written["spec"] == desired["spec"]
 

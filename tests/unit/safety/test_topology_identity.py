@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnnvl_api import keys
-from mnnvl_topology import executor, planner
+from mnnvl_topology import executor, topologies
 
 from ..mnnvl_topology.fake_api import IDENTIFIED, FakeApi, entry, executor_over, stored, take_ownership, topologies_seen
 from .worlds import mostly
@@ -42,7 +42,7 @@ LEGACY = "legacy"
 FOREIGN = "foreign"
 MAKERS = ("A", "B", "legacy", "copied-A", "copied-B", "copied-bare", "annotated-A", "annotated-B", "user", "grove")
 ROUNDS = 3
-#: The KAI v0.17 schema (aliases), as far as `planner.schema_has_aliases` reads it.
+#: The KAI v0.17 schema (aliases), as far as `topologies.schema_has_aliases` reads it.
 ALIASED_CRD = {
     "spec": {
         "versions": [
@@ -59,7 +59,7 @@ ALIASED_CRD = {
 def made(maker: str, manifest: Object) -> tuple[Object, str]:
     """The object `maker` wrote from our desired `manifest` (which records installation A), and who made it."""
     meta = manifest["metadata"]
-    bare: Object = {**manifest, "metadata": {"name": meta["name"], "labels": dict(planner.OURS)}}
+    bare: Object = {**manifest, "metadata": {"name": meta["name"], "labels": dict(topologies.OURS)}}
     annotation = {keys.INSTALLATION_ANNOTATION: B if maker.endswith("B") else A}
     recorded: Object = {**manifest, "metadata": {**meta, "annotations": annotation}}
     if maker in ("A", "B"):
@@ -82,7 +82,7 @@ def made(maker: str, manifest: Object) -> tuple[Object, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Seed:
-    kind: str  # planner.Action-free: the plural
+    kind: str  # topologies.Action-free: the plural
     name: str
     maker: str
     levels: int
@@ -116,8 +116,8 @@ def configurations(draw: st.DrawFn) -> list[Object]:
 def seeded(seed: Seed) -> tuple[Object, str]:
     topology = entry(seed.name.removesuffix("-binding"), [dict(level) for level in LEVEL_CHOICES[seed.levels]])
     if seed.kind == keys.KAI_TOPOLOGY_PLURAL:
-        return made(seed.maker, planner.desired_topology(topology, aliases=False, installation=A))
-    binding = planner.desired_binding(topology, installation=A)
+        return made(seed.maker, topologies.desired_topology(topology, aliases=False, installation=A))
+    binding = topologies.desired_binding(topology, installation=A)
     assert binding is not None
     return made(seed.maker, binding)
 

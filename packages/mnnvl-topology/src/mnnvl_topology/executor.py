@@ -13,7 +13,7 @@ from mnnvl_api.decisions import ownership
 from mnnvl_api.models import configuration
 from mnnvl_runtime import controller, kube, posting, preflight
 
-from . import planner, state, telemetry
+from . import census, fit, state, telemetry, topologies
 
 log = logging.getLogger(__name__)
 #: How many things already said (foreign objects, KAI-only or alias reports) a process remembers; the oldest is said
@@ -36,7 +36,7 @@ PODCLIQUESET: Final = (keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL)
 DYNAMO_DEPLOYMENT: Final = (keys.DYNAMO_API_VERSION, keys.DYNAMO_DEPLOYMENT_PLURAL)
 
 
-#: (namespace, *planner.group_key, the group's members when it is part of what its key holds)
+#: (namespace, *census.group_key, the group's members when it is part of what its key holds)
 FitKey = tuple[object, ...]
 
 
@@ -62,8 +62,8 @@ class Executor:
     #: Topologies already reported as written without their aliases while the served schema has none.
     reported_aliases_ignored: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
     #: Optional APIs not served at start-up, hence never watched by this process; and those reported since.
-    unwatched: frozenset[planner.OptionalApi] = frozenset()
-    reported_served_late: set[planner.OptionalApi] = dataclasses.field(default_factory=set)
+    unwatched: frozenset[topologies.OptionalApi] = frozenset()
+    reported_served_late: set[topologies.OptionalApi] = dataclasses.field(default_factory=set)
     #: Group → the cannot-fit verdict last posted and the pods it was about, so each change is posted once while
     #: the group has unschedulable pods (forgotten once it has none: a later episode is posted again). A workload
     #: may hold several groups (an LWS's replicas, a set's slices, a PodCliqueSet's gangs), each judged on its own.
@@ -80,7 +80,7 @@ class Executor:
         return self.context.client
 
     @property
-    def topologies(self) -> list[configuration.TopologySettings]:
+    def configured(self) -> list[configuration.TopologySettings]:
         return self.context.configuration.topologies
 
     @property
@@ -101,18 +101,18 @@ class Executor:
         rejecting a binding, say) is reported and the others are still done; the pass then fails so the queue
         retries it with back-off."""
         crd = await self.client.aget(CRD_API, "customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)
-        aliases = planner.schema_has_aliases(crd)
+        aliases = topologies.schema_has_aliases(crd)
         if aliases:
             self.reported_aliases_ignored.clear()
-        grove = await self.served(planner.GROVE_BINDINGS)
-        telemetry.KAI_ONLY.set(0 if grove else sum(1 for entry in self.topologies if entry.grove_binding.enabled))
+        grove = await self.served(topologies.GROVE_BINDINGS)
+        telemetry.KAI_ONLY.set(0 if grove else sum(1 for entry in self.configured if entry.grove_binding.enabled))
         if grove:
             self.reported_kai_only.clear()
         await self.report_served_late(grove=grove)
         foreign = {keys.KAI_TOPOLOGY_KIND: 0, keys.GROVE_BINDING_KIND: 0}
         refused = [
             entry.name
-            for entry in self.topologies
+            for entry in self.configured
             if not await self.sync_entry(entry, aliases=aliases, grove=grove, foreign=foreign)
         ]
         for kind, count in foreign.items():
@@ -128,18 +128,18 @@ class Executor:
         # What a refusal is reported on: the object of the step under way, as found (None: it does not exist).
         concerned: tuple[str, str, kube.Object | None] = (keys.KAI_TOPOLOGY_KIND, entry.name, None)
         try:
-            desired = planner.desired_topology(entry, aliases=aliases, installation=self.installation)
+            desired = topologies.desired_topology(entry, aliases=aliases, installation=self.installation)
             found = await self.client.aget(*TOPOLOGY, entry.name)
             concerned = (keys.KAI_TOPOLOGY_KIND, entry.name, found)
-            action = planner.decide_topology(desired, found, aliases=aliases, installation=self.installation)
-            if action is planner.Action.FOREIGN:
+            action = topologies.decide_topology(desired, found, aliases=aliases, installation=self.installation)
+            if action is topologies.Action.FOREIGN:
                 assert found is not None
                 foreign[keys.KAI_TOPOLOGY_KIND] += 1
                 await self.warn_foreign(found, f"no {keys.GROVE_BINDING_KIND} is created for it")
                 return True  # the binding would bind Grove to a Topology we do not keep in shape
             topology = await self.write_topology(action, desired, found)
             await self.report_aliases_ignored(entry, topology, aliases=aliases)
-            binding = planner.desired_binding(entry, installation=self.installation)
+            binding = topologies.desired_binding(entry, installation=self.installation)
             if binding is None:
                 return True
             if not grove:
@@ -148,8 +148,8 @@ class Executor:
             concerned = (keys.GROVE_BINDING_KIND, entry.binding_name, None)
             found_binding = await self.client.aget(*BINDING, entry.binding_name)
             concerned = (keys.GROVE_BINDING_KIND, entry.binding_name, found_binding)
-            binding_action = planner.decide_binding(binding, found_binding, installation=self.installation)
-            if binding_action is planner.Action.FOREIGN:
+            binding_action = topologies.decide_binding(binding, found_binding, installation=self.installation)
+            if binding_action is topologies.Action.FOREIGN:
                 assert found_binding is not None
                 foreign[keys.GROVE_BINDING_KIND] += 1
                 await self.warn_foreign(found_binding, "it is left as it is")
@@ -167,12 +167,12 @@ class Executor:
         if error.status == 409:
             log.info("topology object changed since read, retried", extra={"kind": kind, "object": name})
             return
-        message = planner.refusal_message(kind, name, status=error.status, body=error.body)
+        message = topologies.refusal_message(kind, name, status=error.status, body=error.body)
         telemetry.REFUSED.labels(kind=kind).inc()
         log.warning("topology write refused", extra={"kind": kind, "object": name, "reason": message})
         await self.event(found or self.census_reference(), reasons.TOPOLOGY_WRITE_REFUSED_REASON, message, warning=True)
 
-    async def served(self, api: planner.OptionalApi) -> bool:
+    async def served(self, api: topologies.OptionalApi) -> bool:
         """Whether discovery lists `api` now."""
         return await preflight.is_served_now(self.client, api.api_version, api.plural)
 
@@ -183,33 +183,33 @@ class Executor:
         served = [
             api
             for api in self.unwatched - self.reported_served_late
-            if (grove if api is planner.GROVE_BINDINGS else await self.served(api))
+            if (grove if api is topologies.GROVE_BINDINGS else await self.served(api))
         ]
-        for api in planner.served_since_start_up(self.unwatched, served, self.reported_served_late):
+        for api in topologies.served_since_start_up(self.unwatched, served, self.reported_served_late):
             self.reported_served_late.add(api)
             log.warning("api served after start-up, not watched until a restart", extra={"api": api.name})
-            message = planner.restart_message(api, namespace=self.context.process.namespace)
+            message = topologies.restart_message(api, namespace=self.context.process.namespace)
             await self.event(self.census_reference(), reasons.WATCH_NEEDS_RESTART_REASON, message, warning=True)
 
     async def write_topology(
-        self, action: planner.Action, desired: kube.Object, found: kube.Object | None
+        self, action: topologies.Action, desired: kube.Object, found: kube.Object | None
     ) -> kube.Object:
-        if action is planner.Action.KEEP:
+        if action is topologies.Action.KEEP:
             assert found is not None
             return found
-        if action is planner.Action.ADOPT:
+        if action is topologies.Action.ADOPT:
             assert found is not None
-            written = await self.client.aapply(planner.conditional(desired, found), keys.KAI_TOPOLOGY_PLURAL)
+            written = await self.client.aapply(topologies.conditional(desired, found), keys.KAI_TOPOLOGY_PLURAL)
             await self.wrote(written, "adopt", reasons.TOPOLOGY_ADOPTED_REASON, self.adopted())
             return written
-        if action is planner.Action.PATCH:
+        if action is topologies.Action.PATCH:
             assert found is not None
-            written = await self.client.aapply(planner.conditional(desired, found), keys.KAI_TOPOLOGY_PLURAL)
+            written = await self.client.aapply(topologies.conditional(desired, found), keys.KAI_TOPOLOGY_PLURAL)
             await self.wrote(
                 written, "patch", reasons.TOPOLOGY_ALIASES_UPDATED_REASON, "level aliases updated in place"
             )
             return written
-        if action is planner.Action.RECREATE:
+        if action is topologies.Action.RECREATE:
             assert found is not None
             # KAI refuses this change in place; pending workloads briefly see "topology does not exist".
             await self.delete_as_read(TOPOLOGY, found)
@@ -220,14 +220,14 @@ class Executor:
         await self.wrote(written, "create", reasons.TOPOLOGY_CREATED_REASON, "created")
         return written
 
-    async def write_binding(self, action: planner.Action, desired: kube.Object, found: kube.Object | None) -> None:
-        if action is planner.Action.CREATE:
+    async def write_binding(self, action: topologies.Action, desired: kube.Object, found: kube.Object | None) -> None:
+        if action is topologies.Action.CREATE:
             written = await self.client.acreate(desired, keys.GROVE_BINDING_PLURAL)
             await self.wrote(written, "create", reasons.BINDING_CREATED_REASON, "created")
-        elif action in (planner.Action.PATCH, planner.Action.ADOPT):
+        elif action in (topologies.Action.PATCH, topologies.Action.ADOPT):
             assert found is not None
-            written = await self.client.aapply(planner.conditional(desired, found), keys.GROVE_BINDING_PLURAL)
-            if action is planner.Action.ADOPT:
+            written = await self.client.aapply(topologies.conditional(desired, found), keys.GROVE_BINDING_PLURAL)
+            if action is topologies.Action.ADOPT:
                 await self.wrote(written, "adopt", reasons.BINDING_ADOPTED_REASON, self.adopted())
             else:
                 await self.wrote(written, "patch", reasons.BINDING_UPDATED_REASON, "spec restored from configuration")
@@ -250,7 +250,7 @@ class Executor:
 
     async def warn_foreign(self, found: kube.Object, consequence: str) -> None:
         meta = found["metadata"]
-        owner = planner.foreign_owner(found, installation=self.installation)
+        owner = topologies.foreign_owner(found, installation=self.installation)
         seen = (found["kind"], meta["name"], meta["uid"], owner)
         if not self.warned_foreign.first(seen):
             return
@@ -278,21 +278,21 @@ class Executor:
     async def report_aliases_ignored(
         self, entry: configuration.TopologySettings, topology: kube.Object, *, aliases: bool
     ) -> None:
-        dropped = planner.dropped_aliases(entry, aliases=aliases)
+        dropped = topologies.dropped_aliases(entry, aliases=aliases)
         if not dropped or not self.reported_aliases_ignored.first(entry.name):
             return
         log.warning("topology aliases ignored", extra={"topology": entry.name, "aliases": dropped})
-        message = planner.aliases_ignored_message(entry.name, dropped)
+        message = topologies.aliases_ignored_message(entry.name, dropped)
         await self.event(topology, reasons.TOPOLOGY_ALIASES_IGNORED_REASON, message, warning=True)
 
     async def remove_obsolete(self, *, grove: bool) -> list[str]:
         """Delete this installation's objects that the configuration no longer names (never anyone else's, nor an
         earlier version's); the names of those whose deletion the API server refused. Candidates are the objects
         labelled ours; each is decided on a fresh read."""
-        wanted = [entry.name for entry in self.topologies]
+        wanted = [entry.name for entry in self.configured]
         refused = [
             name
-            for name in planner.obsolete(self.stores.labelled_topologies(), wanted)
+            for name in topologies.obsolete(self.stores.labelled_topologies(), wanted)
             if not await self.delete_ours(
                 TOPOLOGY, keys.KAI_TOPOLOGY_KIND, name, wanted, reasons.TOPOLOGY_DELETED_REASON
             )
@@ -302,11 +302,11 @@ class Executor:
         listed = await self.client.alist_page(
             *BINDING, label_selector=f"{keys.MANAGED_BY_LABEL}={keys.TOPOLOGY_CONTROLLER}"
         )
-        bindings = [entry.binding_name for entry in self.topologies if entry.grove_binding.enabled]
+        bindings = [entry.binding_name for entry in self.configured if entry.grove_binding.enabled]
         labelled = [item["metadata"]["name"] for item in listed.items]
         return refused + [
             name
-            for name in planner.obsolete(labelled, bindings)
+            for name in topologies.obsolete(labelled, bindings)
             if not await self.delete_ours(
                 BINDING, keys.GROVE_BINDING_KIND, name, bindings, reasons.BINDING_DELETED_REASON
             )
@@ -319,7 +319,7 @@ class Executor:
         found: kube.Object | None = None
         try:
             found = await self.client.aget(*resource, name)
-            if found is None or not planner.removable(found, wanted=wanted, installation=self.installation):
+            if found is None or not topologies.removable(found, wanted=wanted, installation=self.installation):
                 return True
             if await self.delete_as_read(resource, found):
                 telemetry.WRITES.labels(kind=kind, action="delete").inc()
@@ -333,7 +333,7 @@ class Executor:
     # --- the census -------------------------------------------------------------------------------------------
 
     async def publish_census(self) -> None:
-        found = self.stores.census()
+        found = self.stores.current_census()
         # New values first, then only the vanished cliques removed: a scrape never sees a clique missing.
         for count in found.cliques:
             telemetry.CLIQUE_NODES.labels(clique=count.clique).set(count.nodes)
@@ -341,7 +341,7 @@ class Executor:
             telemetry.CLIQUE_CHANNEL_NODES.labels(clique=count.clique).set(count.channel_nodes)
             telemetry.CLIQUE_FREE_NODES.labels(clique=count.clique).set(count.free_nodes)
         cliques = {count.clique for count in found.cliques}
-        for clique in planner.obsolete(self.published_cliques, cliques):
+        for clique in topologies.obsolete(self.published_cliques, cliques):
             for gauge in telemetry.CLIQUE_GAUGES:
                 gauge.remove(clique)
         self.published_cliques = cliques
@@ -388,14 +388,14 @@ class Executor:
         if facts is None or facts.topology_missing:
             return
         group = await self.group_of(facts)
-        key: FitKey = (namespace, *planner.group_key(facts))
+        key: FitKey = (namespace, *census.group_key(facts))
         if group is None:  # it no longer asks for one clique: asking again is news
             for found in [found for found in self.fit_warnings if found[: len(key)] == key]:
                 del self.fit_warnings[found]
             return
         key = (*key, group.members)
         placed = self.stores.placed_cliques(facts, group.members)
-        verdict = planner.cannot_fit(group.needed, self.stores.census(), placed)
+        verdict = fit.cannot_fit(group.needed, self.stores.current_census(), placed)
         if verdict is None:
             self.fit_warnings.pop(key, None)
             return
@@ -424,14 +424,14 @@ class Executor:
             self.reads[key] = await self.client.aget(api_version, plural, name, namespace=namespace)
         return self.reads[key]
 
-    async def group_of(self, facts: planner.PodFacts) -> planner.Group | None:
+    async def group_of(self, facts: census.PodFacts) -> fit.Group | None:
         """The group an unschedulable pod belongs to, if it asked for one clique (a slice, an opted-in LWS, a Grove
         gang constrained at the clique level, or a KAI required placement at the clique level)."""
         if facts.slice is not None:
             ds = await self.read(keys.DS_API_VERSION, keys.DS_PLURAL, facts.slice[0], facts.namespace)
             size = self.stores.slice_size(facts.namespace, *facts.slice)
-            return None if ds is None or size == 0 else planner.Group(workload=ds, needed=size)
-        levels = planner.clique_levels(self.topologies)
+            return None if ds is None or size == 0 else fit.Group(workload=ds, needed=size)
+        levels = fit.clique_levels(self.configured)
         if facts.gang is not None:
             return await self.gang_of(facts, levels)
         if facts.lws is not None:
@@ -440,10 +440,10 @@ class Executor:
             top = await self.top_owner(facts)
         if top is None:
             return None
-        needed = planner.opted_in_group_size(top, clique_levels=levels)
-        return None if needed is None else planner.Group(workload=top, needed=needed)
+        needed = fit.opted_in_group_size(top, clique_levels=levels)
+        return None if needed is None else fit.Group(workload=top, needed=needed)
 
-    async def gang_of(self, facts: planner.PodFacts, levels: frozenset[str]) -> planner.Group | None:
+    async def gang_of(self, facts: census.PodFacts, levels: frozenset[str]) -> fit.Group | None:
         """A Grove pod's group, from the PodGang Grove hands KAI; its Warning goes on the PodCliqueSet that made
         the gang or, when Dynamo made that set, on its DynamoGraphDeployment (KAI's top owner, whose annotations it
         reads when the gang has no constraint of its own)."""
@@ -461,10 +461,10 @@ class Executor:
         placement = _annotation(gang, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) or _annotation(
             workload, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION
         )
-        group = planner.gang_group(gang, facts.name, clique_levels=levels, owner_placement=placement)
+        group = fit.gang_group(gang, facts.name, clique_levels=levels, owner_placement=placement)
         return None if group is None else dataclasses.replace(group, workload=workload)
 
-    async def top_owner(self, facts: planner.PodFacts) -> kube.Object | None:
+    async def top_owner(self, facts: census.PodFacts) -> kube.Object | None:
         """The end of the pod's chain of controlling owners, whose annotations KAI reads; None when the chain leaves
         the kinds known here (a CronJob's or a JobSet's Job, an Argo Rollout's ReplicaSet: KAI reads their top
         owner, which is not looked up) or an owner is gone."""

@@ -6,7 +6,7 @@ Pods are watched without a label selector, unlike the other controllers: the cen
 ComputeDomain channel or a GPU (also pods of domains made by hand, which carry no label of ours) and the fit
 check looks at every unschedulable pod KAI places (whose pods carry no label of ours either). Per event the cost
 stays O(1): only pods holding a claim or a GPU, and unschedulable pods of slice or replica scope or placed by KAI,
-are kept, as a few facts (`planner.worth_keeping`); the census is computed on a queue pass, once however many fit
+are kept, as a few facts (`census.worth_keeping`); the census is computed on a queue pass, once however many fit
 checks read it, and again only when a fact it reads changes.
 """
 
@@ -19,20 +19,20 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_runtime import controller, preflight, reconciling, watches
 
-from . import executor, planner, state, telemetry
+from . import executor, state, telemetry, topologies
 
 STORES = state.Stores()
 
 
 class Topologist:
     def __init__(
-        self, context: controller.Context, stores_: state.Stores, *, served: frozenset[planner.OptionalApi]
+        self, context: controller.Context, stores_: state.Stores, *, served: frozenset[topologies.OptionalApi]
     ) -> None:
         self.stores = stores_
-        unwatched = frozenset(planner.OPTIONAL_APIS) - served
+        unwatched = frozenset(topologies.OPTIONAL_APIS) - served
         self.executor = executor.Executor(context, stores_, unwatched=unwatched)
         # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
-        mirrors = stores_.mirrors(compute_domains=planner.COMPUTE_DOMAINS in served)
+        mirrors = stores_.mirrors(compute_domains=topologies.COMPUTE_DOMAINS in served)
         self.loop: reconciling.Reconciling[state.Key] = reconciling.Reconciling(
             context, mirrors, self.work, kind="Topology", scope="topology"
         )
@@ -65,7 +65,7 @@ async def start(memo: Any, **_: Any) -> None:
     # Startup handlers run before kopf looks, once, for the resources to watch: an API served here is watched, one
     # served later is not (the periodic pass says so).
     served = frozenset(
-        api for api in planner.OPTIONAL_APIS if preflight.is_served(context.client, api.api_version, api.plural)
+        api for api in topologies.OPTIONAL_APIS if preflight.is_served(context.client, api.api_version, api.plural)
     )
     _topologist = Topologist(context, STORES, served=served)
     publisher = _topologist.executor

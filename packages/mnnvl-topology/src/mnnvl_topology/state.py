@@ -13,7 +13,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_runtime import indexes, stores
 
-from . import planner
+from . import census, topologies
 
 registry = kopf.OperatorRegistry()
 #: A unit of work: ("topologies",) every configured topology and binding; ("census",) the census;
@@ -27,12 +27,12 @@ SliceKey = tuple[str, str, str, str]  # namespace, DisaggregatedSet, slice, revi
 
 @dataclasses.dataclass
 class Stores:
-    nodes: dict[str, planner.NodeFacts] = dataclasses.field(default_factory=dict)
-    #: Pods `planner.worth_keeping`: holding a claim or a GPU, or unschedulable in a group that may need a clique.
-    pods: dict[str, planner.PodFacts] = dataclasses.field(default_factory=dict)
+    nodes: dict[str, census.NodeFacts] = dataclasses.field(default_factory=dict)
+    #: Pods `census.worth_keeping`: holding a claim or a GPU, or unschedulable in a group that may need a clique.
+    pods: dict[str, census.PodFacts] = dataclasses.field(default_factory=dict)
     #: (namespace, pod) → facts of unschedulable pods whose group may need one clique
-    unschedulable: indexes.Index[tuple[str, str], planner.PodFacts] = dataclasses.field(default_factory=indexes.Index)
-    #: (namespace, *planner.group_key) → (pod, node) of the group's pods running on a node
+    unschedulable: indexes.Index[tuple[str, str], census.PodFacts] = dataclasses.field(default_factory=indexes.Index)
+    #: (namespace, *census.group_key) → (pod, node) of the group's pods running on a node
     placed: indexes.Index[tuple[str, ...], tuple[str, str]] = dataclasses.field(default_factory=indexes.Index)
     #: node name → the uid of the node of that name seen last (a node re-registered under its name has a new uid,
     #: and the two may be applied in either order)
@@ -45,7 +45,7 @@ class Stores:
     #: can write a label)
     labelled: indexes.Index[str, bool] = dataclasses.field(default_factory=indexes.Index)
     #: The census of the facts above, computed once however many fit checks read it (None: facts changed).
-    computed: planner.Census | None = dataclasses.field(default=None, init=False)
+    computed: census.Census | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.node_mirror = stores.Mirror(stores.Resource(api_version="v1", plural="nodes"), self.apply_node)
@@ -69,17 +69,17 @@ class Stores:
         if gone is not None and self.node_uids.get(gone.name) == uid:
             del self.node_uids[gone.name]
         if body is not None:
-            facts = self.nodes[uid] = planner.node_facts(body)
+            facts = self.nodes[uid] = census.node_facts(body)
             self.node_uids[facts.name] = uid
         self.computed = None
         return [CENSUS]
 
     def apply_pod(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
         before = self.pods.pop(uid, None)
-        facts = None if body is None else planner.pod_facts(body)
-        kept = facts if facts is not None and planner.worth_keeping(facts) else None
+        facts = None if body is None else census.pod_facts(body)
+        kept = facts if facts is not None and census.worth_keeping(facts) else None
         found: list[Key] = []
-        if planner.census_view(before) != planner.census_view(kept):
+        if census.census_view(before) != census.census_view(kept):
             self.computed = None
             found.append(CENSUS)
         if kept is None:
@@ -88,10 +88,10 @@ class Stores:
             self.slices.drop(uid)
             return found
         self.pods[uid] = kept
-        fit = planner.may_need_one_clique(kept)
+        fit = census.may_need_one_clique(kept)
         self.unschedulable.put(uid, {(kept.namespace, kept.name): kept} if fit else {})
-        group = (kept.namespace, *planner.group_key(kept))
-        self.placed.put(uid, {group: (kept.name, kept.node or "")} if planner.placed_member(kept) else {})
+        group = (kept.namespace, *census.group_key(kept))
+        self.placed.put(uid, {group: (kept.name, kept.node or "")} if census.placed_member(kept) else {})
         self.slices.put(uid, {(kept.namespace, *kept.slice): kept.name} if kept.slice and kept.channel_claim else {})
         return [*found, (FIT, kept.namespace, kept.name)] if fit else found
 
@@ -106,20 +106,20 @@ class Stores:
         return [CENSUS]
 
     def apply_topology(self, uid: str, body: Mapping[str, Any] | None) -> list[Key]:
-        labelled = body is not None and planner.labelled_as_ours(body)
+        labelled = body is not None and topologies.labelled_as_ours(body)
         self.labelled.put(uid, {str(body["metadata"]["name"]): True} if body is not None and labelled else {})
         return [TOPOLOGIES]
 
-    def census(self) -> planner.Census:
+    def current_census(self) -> census.Census:
         if self.computed is None:
             templates = frozenset(self.channel_templates.groups())
             pods = self.pods.values()
-            self.computed = planner.census(
-                self.nodes.values(), planner.channel_nodes(pods, templates), gpu_nodes=planner.gpu_nodes(pods)
+            self.computed = census.census(
+                self.nodes.values(), census.channel_nodes(pods, templates), gpu_nodes=census.gpu_nodes(pods)
             )
         return self.computed
 
-    def unschedulable_pod(self, namespace: str, name: str) -> planner.PodFacts | None:
+    def unschedulable_pod(self, namespace: str, name: str) -> census.PodFacts | None:
         return self.unschedulable.first((namespace, name))
 
     def slice_size(self, namespace: str, ds: str, slice_: str, revision: str) -> int:
@@ -131,11 +131,11 @@ class Stores:
         facts = None if uid is None else self.nodes.get(uid)
         return None if facts is None else facts.clique
 
-    def placed_cliques(self, pod: planner.PodFacts, members: frozenset[str] | None) -> dict[str, int]:
+    def placed_cliques(self, pod: census.PodFacts, members: frozenset[str] | None) -> dict[str, int]:
         """Per clique, on how many nodes pods of the pod's group run (of `members` only, when given); nodes without
         the clique label are left out, as KAI leaves them out of the topology."""
         nodes: dict[str, set[str]] = {}
-        for name, node in self.placed.get((pod.namespace, *planner.group_key(pod))).values():
+        for name, node in self.placed.get((pod.namespace, *census.group_key(pod))).values():
             clique = self.clique_of(node)
             if clique is not None and (members is None or name in members):
                 nodes.setdefault(clique, set()).add(node)
