@@ -747,7 +747,7 @@ GUARDS: tuple[Guard, ...] = (
         path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
         find="return revision is not None and await _revision_opted_in(client, stores, fresh, revision)",
         replace="return False",
-        suite=(replica("interleavings"),),
+        suite=(replica("interleavings"), replica("opt_outs")),
     ),
     Guard(
         name="a-stamped-revision-keeps-its-domain",
