@@ -1,10 +1,11 @@
-"""`mnnvl-webhook-manifests`: writes every installer's copy of the controllers' webhook configurations from the one
-source, each controller's `registration.py`, found through the `mnnvl.webhooks` entry points (so the runtime
-never imports a controller): the chart's `files/webhooks/<block>.json` (the clientConfig holds only the path; the
-chart adds the rest) and, for a controller whose kustomization installs a `webhooks.yaml`, that file in full.
+"""Writes every installer's copy of the controllers' webhook configurations from the one source, each controller's
+`registration.py`, found through the `mnnvl.webhooks` entry points (so the runtime never imports a controller):
+the chart's `files/webhooks/<block>.json` (the clientConfig holds only the path; the chart adds the rest) and, for
+a controller whose kustomization installs a `webhooks.yaml`, that file in full.
 
-`mnnvl-webhook-manifests [--check] [ROOT]` (ROOT: a checkout, by default the current directory); with `--check`
-nothing is written and the exit code is 1 when a file differs from what registration builds.
+`python -m mnnvl_runtime.webhook_manifests [--check] [ROOT]` (ROOT: a checkout, by default the current
+directory); with `--check` nothing is written and the exit code is 1 when a file differs from what registration
+builds.
 """
 
 from __future__ import annotations
@@ -87,14 +88,16 @@ def stale(root: pathlib.Path) -> list[pathlib.Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mnnvl-webhook-manifests", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mnnvl_runtime.webhook_manifests", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
     parser.add_argument("root", nargs="?", type=pathlib.Path, default=pathlib.Path.cwd())
     arguments = parser.parse_args(argv)
     found = stale(arguments.root)
     if arguments.check:
         for path in found:
-            print(f"stale: {path} (run mnnvl-webhook-manifests to rewrite it)")
+            print(f"stale: {path} (rewrite it: python -m mnnvl_runtime.webhook_manifests)")
         return 1 if found else 0
     for path in found:
         path.write_text(files(arguments.root)[path])

@@ -1,5 +1,5 @@
 """The Helm chart `charts/mnnvl` as the testbed and the chart tests use it: rendered with helm built like the
-control plane's tools. Its webhook files are written by `mnnvl-webhook-manifests` (`mnnvl_runtime`)."""
+control plane's tools. Its webhook files are written by `python -m mnnvl_runtime.webhook_manifests`."""
 
 from __future__ import annotations
 
