@@ -20,7 +20,7 @@ def test_every_controller_registers_its_webhooks_through_the_entry_points() -> N
 
 def test_the_committed_files_are_what_registration_builds() -> None:
     stale = webhook_manifests.stale(ROOT)
-    assert stale == [], f"run `python -m mnnvl_runtime.webhook_manifests` to rewrite {', '.join(map(str, stale))}"
+    assert stale == {}, f"run `python -m mnnvl_runtime.webhook_manifests` to rewrite {', '.join(map(str, stale))}"
 
 
 def test_the_kustomize_files_reach_the_service_and_the_chart_files_hold_only_the_path() -> None:

@@ -82,9 +82,9 @@ def files(root: pathlib.Path) -> dict[pathlib.Path, str]:
     return {**chart_files(root), **kustomize_files(root)}
 
 
-def stale(root: pathlib.Path) -> list[pathlib.Path]:
-    """The files that differ from what registration builds."""
-    return [path for path, text in files(root).items() if not path.is_file() or path.read_text() != text]
+def stale(root: pathlib.Path) -> dict[pathlib.Path, str]:
+    """The files that differ from what registration builds, with what it builds."""
+    return {path: text for path, text in files(root).items() if not path.is_file() or path.read_text() != text}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in found:
             print(f"stale: {path} (rewrite it: python -m mnnvl_runtime.webhook_manifests)")
         return 1 if found else 0
-    for path in found:
-        path.write_text(files(arguments.root)[path])
+    for path, text in found.items():
+        path.write_text(text)
         print(f"wrote {path}")
     return 0
 
