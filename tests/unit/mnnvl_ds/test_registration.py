@@ -6,14 +6,13 @@ structure, and that they can never fail to evaluate on a well-formed object."""
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any
 
 import pytest
 
 from mnnvl_api import keys
-from mnnvl_ds import registration, state
+from mnnvl_ds import scope, state
 
 from ..mnnvl_runtime import cel
 
@@ -27,7 +26,7 @@ def client_config(path: str) -> dict[str, Any]:
 
 def configurations() -> dict[str, dict[str, Any]]:
     return {
-        configuration["metadata"]["name"]: configuration for configuration in registration.configurations(client_config)
+        configuration["metadata"]["name"]: configuration for configuration in scope.CONTROLLER.configurations(client_config)
     }
 
 
@@ -49,7 +48,6 @@ def test_mnnvl_ds_has_its_own_configurations_named_after_it() -> None:
 
 
 def test_every_webhook_path_is_a_handler_of_this_controller() -> None:
-    importlib.import_module("mnnvl_ds.scope")  # registers the webhook handlers
     handlers = {handler.id for handler in state.registry._webhooks.get_all_handlers()}
     for webhook in webhooks_by_name().values():
         assert webhook["clientConfig"]["url"].rpartition("/")[2] in handlers
@@ -61,15 +59,23 @@ def test_every_webhook_path_is_a_handler_of_this_controller() -> None:
 def test_the_disaggregatedset_webhooks_fail_closed_only_for_sets_that_concern_us(name: str) -> None:
     webhook = webhooks_by_name()[name]
     assert webhook["failurePolicy"] == "Fail"
-    assert webhook["matchConditions"] == list(registration.DS_MATCH_CONDITIONS)
-    assert webhook["rules"] == [registration.DS_RULE]
+    [condition] = webhook["matchConditions"]
+    assert condition["name"] == "concerns-auto-compute-domain"
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [keys.DS_GROUP],
+            "apiVersions": [keys.DS_VERSION],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [keys.DS_PLURAL],
+        }
+    ]
 
 
 def test_the_leaderworkerset_webhook_sees_only_slice_scope_leaderworkersets_of_sets() -> None:
     webhook = webhooks_by_name()["validate-leaderworkerset.mnnvl-ds.mnnvl.dev"]
     assert webhook["failurePolicy"] == "Fail"
-    assert webhook["matchConditions"] == list(registration.LWS_MATCH_CONDITIONS)
-    [condition] = registration.LWS_MATCH_CONDITIONS
+    [condition] = webhook["matchConditions"]
+    assert condition == {"name": "slice-scope-leaderworkerset", "expression": scope.slice_scope_child("object")}
     assert f'"{keys.DS_NAME_LABEL}" in object.metadata.labels' in condition["expression"]
     for field in ("leaderTemplate", "workerTemplate"):
         labels = f"object.spec.leaderWorkerTemplate.{field}.metadata.labels"
@@ -84,15 +90,15 @@ def test_the_pod_webhook_selects_slice_scope_pods_by_label() -> None:
 
 
 def test_the_set_condition_looks_at_the_object_and_on_update_at_the_old_object() -> None:
-    [condition] = registration.DS_MATCH_CONDITIONS
+    [condition] = webhooks_by_name()["validate-disaggregatedset.mnnvl-ds.mnnvl.dev"]["matchConditions"]
     assert condition["expression"] == (
-        f"({registration.ds_concerns_auto_compute_domain('object')}) || "
-        f"({registration.ds_concerns_auto_compute_domain('oldObject')})"
+        f"({scope.concerns_auto_compute_domain('object')}) || "
+        f"({scope.concerns_auto_compute_domain('oldObject')})"
     )
 
 
 def test_the_set_condition_matches_the_opt_ins_on_the_set_and_its_roles_and_our_template_marks() -> None:
-    condition = registration.ds_concerns_auto_compute_domain("object")
+    condition = scope.concerns_auto_compute_domain("object")
     assert f'"{keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION}" in object.metadata.annotations' in condition
     for key in (keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION):
         assert f'"{key}" in role.metadata.annotations' in condition
@@ -104,9 +110,9 @@ def test_the_set_condition_matches_the_opt_ins_on_the_set_and_its_roles_and_our_
 
 def all_conditions() -> list[str]:
     return [
-        registration.ds_concerns_auto_compute_domain("object"),
-        registration.ds_concerns_auto_compute_domain("oldObject"),
-        registration.slice_scope_child("object"),
+        scope.concerns_auto_compute_domain("object"),
+        scope.concerns_auto_compute_domain("oldObject"),
+        scope.slice_scope_child("object"),
     ]
 
 

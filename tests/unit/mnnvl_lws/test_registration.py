@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mnnvl_api import keys
-from mnnvl_lws import registration
+from mnnvl_lws import scope
 from mnnvl_runtime import webhooks
 
 from ..mnnvl_runtime import cel
@@ -24,7 +24,7 @@ def client_config(path: str) -> dict[str, Any]:
 def webhooks_by_name() -> dict[str, dict[str, Any]]:
     return {
         webhook["name"]: webhook
-        for configuration in registration.configurations(client_config)
+        for configuration in scope.CONTROLLER.configurations(client_config)
         for webhook in configuration["webhooks"]
     }
 
@@ -36,7 +36,15 @@ LWS_WEBHOOKS = ("mutate-leaderworkerset.mnnvl-lws.mnnvl.dev", "validate-leaderwo
 def test_the_leaderworkerset_webhooks_fail_closed_only_for_leaderworkersets_that_concern_us(name: str) -> None:
     webhook = webhooks_by_name()[name]
     assert webhook["failurePolicy"] == "Fail"
-    assert webhook["matchConditions"] == list(registration.LWS_MATCH_CONDITIONS)
+    assert webhook["matchConditions"] == webhooks_by_name()[LWS_WEBHOOKS[0]]["matchConditions"]
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [keys.LWS_GROUP],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["leaderworkersets"],
+        }
+    ]
     assert "objectSelector" not in webhook
 
 
@@ -47,19 +55,19 @@ def test_the_pod_webhook_selects_replica_scope_pods_by_label_and_needs_no_condit
 
 
 def test_the_condition_looks_at_the_object_and_on_update_at_the_old_object() -> None:
-    object_condition = registration.concerns_auto_compute_domain("object")
-    old_object_condition = registration.concerns_auto_compute_domain("oldObject")
-    [condition] = registration.LWS_MATCH_CONDITIONS
+    object_condition = scope.concerns_auto_compute_domain("object")
+    old_object_condition = scope.concerns_auto_compute_domain("oldObject")
+    [condition] = webhooks_by_name()[LWS_WEBHOOKS[0]]["matchConditions"]
     assert condition == {
         "name": "concerns-auto-compute-domain",
         "expression": f"({object_condition}) || ({old_object_condition})",
     }
     for variable in ("object", "oldObject"):
-        assert registration.concerns_auto_compute_domain(variable).startswith(f"{variable} != null && (")
+        assert scope.concerns_auto_compute_domain(variable).startswith(f"{variable} != null && (")
 
 
 def test_the_condition_matches_the_opt_in_annotation_our_template_keys_and_the_channel_claim() -> None:
-    condition = registration.concerns_auto_compute_domain("object")
+    condition = scope.concerns_auto_compute_domain("object")
     assert f'"{keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION}" in object.metadata.annotations' in condition
     for field in ("leaderTemplate", "workerTemplate"):
         template = f"object.spec.leaderWorkerTemplate.{field}"
@@ -74,7 +82,7 @@ def test_the_condition_matches_the_opt_in_annotation_our_template_keys_and_the_c
 def test_every_field_the_condition_reads_is_first_tested_with_has() -> None:
     """A field read without has() errors when absent, and an erroring condition rejects the request."""
     for variable in ("object", "oldObject"):
-        condition = registration.concerns_auto_compute_domain(variable)
+        condition = scope.concerns_auto_compute_domain(variable)
         assert cel.unguarded_reads(condition, (variable,)) == []
 
 

@@ -1,10 +1,7 @@
-"""Admission webhooks: DisaggregatedSet stamping, validation and placement advice; refusal of new or scaled-up
-slice-scope LeaderWorkerSets of a DisaggregatedSet while the gate is off or their domain's name is taken; claim
-injection into slice-scope pods, and refusal of enrolled roles' pods while the gate is off.
-
-Each handler turns the request into a pure decision (`decisions`) and answers with one patch or one error.
-Webhooks have no side effects: they never write to the API.
-"""
+"""The slice scope's admission beyond its workload rules (those are the scope kit's webhooks): refusal of new or
+scaled-up slice-scope LeaderWorkerSets of a DisaggregatedSet while the gate is off or their domain's name is taken;
+claim injection into slice-scope pods (their webhook is the kit's), and refusal of enrolled roles' pods while the
+gate is off. Each turns fresh reads into a pure decision (`decisions`); none writes to the API."""
 
 from __future__ import annotations
 
@@ -18,33 +15,7 @@ from mnnvl_runtime import admission, controller, kube
 
 from . import decisions, planner, state
 
-DS = (keys.DS_GROUP, keys.DS_VERSION, keys.DS_PLURAL)
 LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
-
-AVAILABILITY = admission.ApiAvailability()
-
-
-@kopf.on.mutate(*DS, id="mutate-disaggregatedset", registry=state.registry)
-def mutate_disaggregatedset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-    admission.mutate_workload(
-        "mutate-disaggregatedset",
-        kwargs.get("operation"),
-        patch,
-        lambda: decisions.ds_patch(dict(body), AVAILABILITY.environment(controller.context_of(memo))),
-    )
-
-
-@kopf.on.validate(*DS, id="validate-disaggregatedset", registry=state.registry)
-def validate_disaggregatedset(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
-    old: kopf.Body | None = kwargs.get("old")
-
-    def check() -> tuple[list[errors.FieldError], list[str]]:
-        ds = dict(body)
-        env = AVAILABILITY.environment(controller.context_of(memo))
-        found = decisions.ds_errors(ds, dict(old) if old else None, env)
-        return found, decisions.ds_warnings(ds)
-
-    admission.validate_workload("validate-disaggregatedset", kwargs.get("operation"), warnings, check)
 
 
 # async: its fresh reads are awaited on the client's own pool instead of holding one of kopf's threads.

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from mnnvl_api import keys
-from mnnvl_api.decisions import plans
-from mnnvl_runtime import controller, preflight, scopes
+from typing import Any
 
-from . import admission, planner, retries, state
+from mnnvl_api import keys
+from mnnvl_api.decisions import plans, templates
+from mnnvl_runtime import controller, preflight, scopes, webhooks
+
+from . import admission, decisions, planner, retries, state
 
 
 def created(domain: plans.DomainToCreate) -> str:
@@ -30,6 +32,67 @@ def upstream_retries(context: controller.Context) -> retries.UpstreamRetries:
     return retries.UpstreamRetries(context.client, may_write=context.elector.may_write)
 
 
+def concerns_auto_compute_domain(variable: str) -> str:
+    """CEL: the DisaggregatedSet in `variable` names an opt-in annotation on itself or on a role, or a role template
+    has a key of ours or the channel claim. Every step is tested with has(), so the expression never errors."""
+    opt_ins = [
+        webhooks.cel_string(key)
+        for key in (keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    ]
+    annotated = (
+        f"{webhooks.cel_has(variable, 'metadata', 'annotations')} && {opt_ins[0]} in {variable}.metadata.annotations"
+    )
+    role_annotated = (
+        f"{webhooks.cel_has('role', 'metadata', 'annotations')} && "
+        f"({' || '.join(f'{key} in role.metadata.annotations' for key in opt_ins)})"
+    )
+    role_marked = (
+        f"{webhooks.cel_has('role', 'spec', 'leaderWorkerTemplate')} && "
+        f"{webhooks.cel_marked_templates('role.spec.leaderWorkerTemplate')}"
+    )
+    roles = (
+        f"{webhooks.cel_has(variable, 'spec', 'roles')} && "
+        f"{variable}.spec.roles.exists(role, ({role_annotated}) || ({role_marked}))"
+    )
+    return f"{variable} != null && (({annotated}) || ({roles}))"
+
+
+def slice_scope_child(variable: str) -> str:
+    """CEL: the LeaderWorkerSet in `variable` carries a DisaggregatedSet's name label, and a template of it the
+    slice stamp. Its templates never change after creation (upstream only scales it), so `object` suffices."""
+    ds_label = webhooks.cel_string(keys.DS_NAME_LABEL)
+    scope = webhooks.cel_string(keys.SCOPE_LABEL)
+    slice_value = webhooks.cel_string(keys.SCOPE_SLICE)
+    stamped = []
+    for field in templates.TEMPLATE_FIELDS:
+        labels = f"{variable}.spec.leaderWorkerTemplate.{field}.metadata.labels"
+        stamped.append(
+            f"({webhooks.cel_has(f'{variable}.spec.leaderWorkerTemplate', field, 'metadata', 'labels')} && "
+            f"{scope} in {labels} && {labels}[{scope}] == {slice_value})"
+        )
+    labelled = f"{webhooks.cel_has(variable, 'metadata', 'labels')} && {ds_label} in {variable}.metadata.labels"
+    return (
+        f"{variable} != null && {labelled} && {webhooks.cel_has(variable, 'spec', 'leaderWorkerTemplate')} && "
+        f"({' || '.join(stamped)})"
+    )
+
+
+def child_webhooks(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
+    """`validate-leaderworkerset`, for the slice-scope LeaderWorkerSets of DisaggregatedSets only (`admission`)."""
+    rule = {
+        "apiGroups": [keys.LWS_GROUP],
+        "apiVersions": [keys.LWS_VERSION],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": [keys.LWS_PLURAL],
+    }
+    condition = webhooks.match_condition("slice-scope-leaderworkerset", slice_scope_child("object"))
+    return [
+        webhooks.entry(
+            keys.DS_CONTROLLER, "validate-leaderworkerset", rule, client_config, match_conditions=[condition]
+        )
+    ]
+
+
 SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     name=planner.MANAGER,
     scope=keys.SCOPE_SLICE,
@@ -42,6 +105,14 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     created=created,
     deleted=deleted,
     admit_pod=admission.admit,
+    workload_rules=scopes.WorkloadRules(
+        plural=keys.DS_PLURAL,
+        stamp=decisions.ds_patch,
+        errors=decisions.ds_errors,
+        warnings=decisions.ds_warnings,
+        concerns=concerns_auto_compute_domain,
+    ),
+    more_validating=child_webhooks,
     # The webhooks read a pod's LeaderWorkerSet and its DisaggregatedSet afresh when the stores do not know them.
     reads=(
         preflight.Access(group=keys.DS_GROUP, resource=keys.DS_PLURAL, verbs=("get",)),

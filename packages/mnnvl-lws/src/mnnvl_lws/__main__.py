@@ -8,7 +8,7 @@ from . import scope
 
 
 def main() -> None:
-    scopes.main(scope.SCOPE, scope.CONTROLLER)
+    scopes.main(scope.CONTROLLER)
 
 
 if __name__ == "__main__":

@@ -1,51 +1,17 @@
-"""Admission webhooks: LeaderWorkerSet stamping and validation, and the decision of the claim injection into
-replica-scope pods (its webhook is the scope kit's).
-
-Each handler turns the request into a pure decision (`decisions`) and answers with one patch or one error.
-Webhooks have no side effects: they never write to the API.
-"""
+"""The admission of replica-scope pods (their webhook is the scope kit's): the fresh reads a pod's claim
+injection rests on, and the pure decision (`decisions`) on them. Admission has no side effects: it never writes to
+the API."""
 
 from __future__ import annotations
 
 import secrets
 from typing import Any
 
-import kopf
-
 from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, injection, opt_in, ownership, references
 from mnnvl_runtime import admission, controller, kube
 
 from . import decisions, planner, state
-
-LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
-
-
-AVAILABILITY = admission.ApiAvailability()
-
-
-@kopf.on.mutate(*LWS, id="mutate-leaderworkerset", registry=state.registry)
-def mutate_leaderworkerset(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-    admission.mutate_workload(
-        "mutate-leaderworkerset",
-        kwargs.get("operation"),
-        patch,
-        lambda: decisions.template_patch(dict(body), AVAILABILITY.environment(controller.context_of(memo))),
-    )
-
-
-@kopf.on.validate(*LWS, id="validate-leaderworkerset", registry=state.registry)
-def validate_leaderworkerset(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
-    old: kopf.Body | None = kwargs.get("old")
-
-    def check() -> tuple[list[errors.FieldError], list[str]]:
-        lws = dict(body)
-        found = decisions.lws_errors(
-            lws, dict(old) if old else None, AVAILABILITY.environment(controller.context_of(memo))
-        )
-        return found, decisions.lws_warnings(lws)
-
-    admission.validate_workload("validate-leaderworkerset", kwargs.get("operation"), warnings, check)
 
 
 async def admit(context: controller.Context, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import plans
-from mnnvl_runtime import preflight, scopes
+from mnnvl_runtime import preflight, scopes, webhooks
 
-from . import admission, planner, state
+from . import admission, decisions, planner, state
 
 
 def created(domain: plans.DomainToCreate) -> str:
@@ -16,6 +16,18 @@ def created(domain: plans.DomainToCreate) -> str:
 
 def deleted(snapshot: planner.Snapshot, name: str) -> str:
     return f"Deleted ComputeDomain {name}: its group incarnation is gone and no pod uses it"
+
+
+def concerns_auto_compute_domain(variable: str) -> str:
+    """CEL: the LWS in `variable` names the opt-in annotation, or a template of it has a key of ours or the channel
+    claim. Every step is tested with has(), so the expression never errors."""
+    opt_in = webhooks.cel_string(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    annotated = (
+        f"{webhooks.cel_has(variable, 'metadata', 'annotations')} && {opt_in} in {variable}.metadata.annotations"
+    )
+    templates = webhooks.cel_marked_templates(f"{variable}.spec.leaderWorkerTemplate")
+    marked = f"{webhooks.cel_has(variable, 'spec', 'leaderWorkerTemplate')} && {templates}"
+    return f"{variable} != null && (({annotated}) || ({marked}))"
 
 
 SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
@@ -30,6 +42,13 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     created=created,
     deleted=deleted,
     admit_pod=admission.admit,
+    workload_rules=scopes.WorkloadRules(
+        plural=keys.LWS_PLURAL,
+        stamp=decisions.template_patch,
+        errors=decisions.lws_errors,
+        warnings=decisions.lws_warnings,
+        concerns=concerns_auto_compute_domain,
+    ),
     # The pod webhook binds a worker to its leader through the worker's StatefulSet, read afresh; it tells whether
     # a leader's template revision was opted in from upstream's ControllerRevisions (watched, and listed afresh).
     reads=(

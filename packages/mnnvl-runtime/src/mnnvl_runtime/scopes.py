@@ -1,9 +1,10 @@
 """The scope kit: what makes a scope controller (replica, slice) out of its position rule and its planner.
 
 A scope package describes itself once (`Scope`: its workload kind, its stores, its pure planner, its event texts,
-its pod admission) and `register` builds the rest on its kopf registry: the watch handlers of every store
-(`watches`), the reconciler (stores → snapshot → plan → `ScopeExecutor`), the pod webhook, and the ComputeDomain
-identity webhook. `main` is its console script.
+its pod admission, its workload's stamping and validation rules) and `register` builds the rest on its kopf
+registry: the watch handlers of every store (`watches`), the reconciler (stores → snapshot → plan →
+`ScopeExecutor`), the workload webhooks, the pod webhook and the ComputeDomain identity webhook, and the webhook
+configurations that reach them (`Registered.configurations`). `main` is its console script.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 import kopf
 
-from mnnvl_api import keys
+from mnnvl_api import errors, keys
 from mnnvl_api.decisions import domains as facts
-from mnnvl_api.decisions import injection, plans
+from mnnvl_api.decisions import injection, opt_in, plans
+from mnnvl_api.decisions.patches import JsonPatch
 
 from . import (
     admission,
@@ -32,6 +34,7 @@ from . import (
     reconciling,
     stores,
     watches,
+    webhooks,
 )
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,28 @@ class FollowUp(Protocol[Snapshot_contra]):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkloadRules:
+    """A scope's own rules for its workload kind, pure functions of the object as written, which the kit serves as
+    the `mutate-<kind>` and `validate-<kind>` webhooks."""
+
+    plural: str
+    #: The JSON patch stamping (or unstamping) the workload's templates.
+    stamp: Callable[[Mapping[str, Any], opt_in.Environment], JsonPatch]
+    #: Every field error of the workload (after mutation), given the object before an update (None on create).
+    errors: Callable[[Mapping[str, Any], Mapping[str, Any] | None, opt_in.Environment], list[errors.FieldError]]
+    #: What is allowed but probably not meant: admitted, with these warnings.
+    warnings: Callable[[Mapping[str, Any]], list[str]]
+    #: CEL: whether the object in a variable (`object` or `oldObject`, null when the request has none) concerns
+    #: AutoComputeDomain. Only such workloads, before or after the change, reach the webhooks, so no other
+    #: workload depends on this controller being available. It must never fail to evaluate.
+    concerns: Callable[[str], str]
+
+
+def no_webhooks(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
+    return []
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Scope(Generic[Snapshot, Stores]):
     #: The controller's name: its field manager and the manager its domains name.
     name: str
@@ -73,6 +98,9 @@ class Scope(Generic[Snapshot, Stores]):
     deleted: Callable[[Snapshot, str], str]
     #: The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
     admit_pod: Callable[[controller.Context, Stores, dict[str, Any]], Awaitable[injection.PodAdmission]]
+    workload_rules: WorkloadRules
+    #: Validating webhooks of its own beyond the kit's (their handlers are the scope's), by their client config.
+    more_validating: Callable[[webhooks.ClientConfig], list[dict[str, Any]]] = no_webhooks
     #: What its webhooks read beside ComputeDomains, for the start-up check.
     reads: tuple[preflight.Access, ...] = ()
     follow_up: Callable[[controller.Context], FollowUp[Snapshot]] | None = None
@@ -80,6 +108,12 @@ class Scope(Generic[Snapshot, Stores]):
     @property
     def identity(self) -> identity.Identity:
         return identity.Identity(self.name)
+
+    @property
+    def workload_webhook_ids(self) -> tuple[str, str]:
+        """The ids (and paths) of its workload's mutating and validating webhooks."""
+        kind = self.workload_kind.lower()
+        return f"mutate-{kind}", f"validate-{kind}"
 
 
 class ScopeExecutor(Generic[Snapshot]):
@@ -130,19 +164,53 @@ class Registered(Generic[Snapshot]):
     """A scope controller registered on its registry: the selectors of its watches, and, once kopf runs, its
     reconciler and follow-up."""
 
-    name: str
+    scope: Scope[Snapshot, Any]
     watch_selectors: controller.WatchSelectors = dataclasses.field(default_factory=dict)
     reconciler: reconciling.ScopeReconciler[Snapshot] | None = None
     follow_up: FollowUp[Snapshot] | None = None
 
     def running(self) -> reconciling.ScopeReconciler[Snapshot]:
-        assert self.reconciler is not None, f"{self.name} has not started"
+        assert self.reconciler is not None, f"{self.scope.name} has not started"
         return self.reconciler
+
+    def configurations(self, client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
+        """Its webhook configurations, for installers (chart, kustomize, testbed) to register; paths are kopf's
+        handler ids. The workload webhooks see only workloads that concern AutoComputeDomain (`concerns`), the pod
+        webhook only pods stamped for the scope; those still fail closed."""
+        scope = self.scope
+        group, _, version = scope.workload_api_version.rpartition("/")
+        rule = {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [scope.workload_rules.plural],
+        }
+        concerns = scope.workload_rules.concerns
+        conditions = (
+            webhooks.match_condition(
+                "concerns-auto-compute-domain", f"({concerns('object')}) || ({concerns('oldObject')})"
+            ),
+        )
+        mutate, validate = scope.workload_webhook_ids
+        return webhooks.scope_configurations(
+            scope.name,
+            client_config,
+            scope=scope.scope,
+            mutating=[
+                webhooks.entry(
+                    scope.name, mutate, rule, client_config, match_conditions=conditions, reinvocationPolicy="Never"
+                )
+            ],
+            validating=[
+                webhooks.entry(scope.name, validate, rule, client_config, match_conditions=conditions),
+                *scope.more_validating(client_config),
+            ],
+        )
 
 
 def register(scope: Scope[Snapshot, Stores]) -> Registered[Snapshot]:
     """Registers everything the scope controller runs on its registry."""
-    registered: Registered[Snapshot] = Registered(name=scope.name)
+    registered: Registered[Snapshot] = Registered(scope=scope)
 
     @kopf.on.startup(registry=scope.registry, id="start-reconciler")
     async def start_reconciler(memo: kopf.Memo, **_: Any) -> None:
@@ -199,11 +267,39 @@ def register(scope: Scope[Snapshot, Stores]) -> Registered[Snapshot]:
                     },
                 )
 
+    register_workload_webhooks(scope)
     admission.register_domain_identity(scope.registry, scope.name)
     return registered
 
 
-def main(scope: Scope[Any, Any], registered: Registered[Any]) -> None:
+def register_workload_webhooks(scope: Scope[Any, Any]) -> None:
+    """The scope's workload webhooks: its rules, answered with one patch, or every field error in one refusal."""
+    rules = scope.workload_rules
+    group, _, version = scope.workload_api_version.rpartition("/")
+    mutate_id, validate_id = scope.workload_webhook_ids
+    availability = admission.ApiAvailability()
+
+    @kopf.on.mutate(group, version, rules.plural, id=mutate_id, registry=scope.registry)
+    def mutate_workload(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+        def stamp() -> JsonPatch:
+            return rules.stamp(dict(body), availability.environment(controller.context_of(memo)))
+
+        admission.mutate_workload(mutate_id, kwargs.get("operation"), patch, stamp)
+
+    @kopf.on.validate(group, version, rules.plural, id=validate_id, registry=scope.registry)
+    def validate_workload(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
+        old: kopf.Body | None = kwargs.get("old")
+
+        def check() -> tuple[list[errors.FieldError], list[str]]:
+            environment = availability.environment(controller.context_of(memo))
+            workload = dict(body)
+            return rules.errors(workload, dict(old) if old else None, environment), rules.warnings(workload)
+
+        admission.validate_workload(validate_id, kwargs.get("operation"), warnings, check)
+
+
+def main(registered: Registered[Any]) -> None:
     """The console script of a scope controller."""
+    scope = registered.scope
     checks = operator.compute_domain_preflight(COMPUTE_DOMAIN_VERBS, scope.reads)
     sys.exit(operator.run(scope.identity, scope.registry, preflight=checks, watch_selectors=registered.watch_selectors))
