@@ -67,7 +67,7 @@ def workload(lws: str) -> dict[str, Any]:
 
 def domain(lws: str, group: int) -> dict[str, Any]:
     name = domain_name(lws, group)
-    owner = lws_planner.Workload(namespace=NAMESPACE, name=lws, uid=f"uid-{lws}")
+    owner = lws_planner.LeaderWorkerSetFacts(namespace=NAMESPACE, name=lws, uid=f"uid-{lws}")
     return {
         "metadata": {
             "name": name,

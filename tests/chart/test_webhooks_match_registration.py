@@ -1,4 +1,4 @@
-"""The chart's webhook configurations are the ones each controller's registration.py builds: the same webhooks,
+"""The chart's webhook configurations are the ones each controller registers: the same webhooks,
 rules, paths, match conditions, object selectors, side effects and review versions. Only the names, the
 clientConfig (Service or URL, CA bundle), the labels and the namespaceSelector are the chart's own."""
 

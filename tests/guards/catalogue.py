@@ -449,11 +449,11 @@ GUARDS: tuple[Guard, ...] = (
         replace="    if False:\n        return None",
         suite=(LEASE_MODEL,),
     ),
-    # --- mnnvl_lws/decisions.py: replica-scope pod admission -----------------------------------------------
+    # --- mnnvl_lws/rules.py: replica-scope pod admission -----------------------------------------------
     Guard(
         name="worker-statefulset-uid-check",
         keeps="a worker of a replaced StatefulSet is not bound to the current leader's domain",
-        path=f"{LWS}/decisions.py",
+        path=f"{LWS}/rules.py",
         find='        if sts_meta.get("uid") != owner.get("uid"):',
         replace="        if False:",
         suite=(REPLICA_ADMISSION,),
@@ -461,7 +461,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-leader-uid-check",
         keeps="a worker of a previous leader incarnation is not bound to the current leader's domain",
-        path=f"{LWS}/decisions.py",
+        path=f"{LWS}/rules.py",
         find='        if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
         replace="        if False:",
         suite=(replica("stale_stores"),),
@@ -469,7 +469,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-leader-live-check",
         keeps="no worker is admitted onto the domain of a leader that is finished or being deleted",
-        path=f"{LWS}/decisions.py",
+        path=f"{LWS}/rules.py",
         find='    if leader_meta.get("deletionTimestamp") or not references.is_non_terminal(leader):',
         replace="    if False:",
         suite=(REPLICA_ADMISSION,),
@@ -477,7 +477,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="leader-recorded-name-must-be-derived",
         keeps="a leader's own compute-domain-name is refused unless it is a name of its group",
-        path=f"{LWS}/decisions.py",
+        path=f"{LWS}/rules.py",
         find="    if position.is_leader and names.replica_domain_token(recorded, position.lws, position.group) is None:",
         replace="    if False:",
         suite=(REPLICA_ADMISSION,),
@@ -485,16 +485,16 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-recorded-name-must-be-its-leaders",
         keeps="a worker's own compute-domain-name is refused unless it is its leader's domain",
-        path=f"{LWS}/decisions.py",
+        path=f"{LWS}/rules.py",
         find="    if not position.is_leader and recorded != leader_domain:",
         replace="    if False:",
         suite=(REPLICA_ADMISSION,),
     ),
-    # --- mnnvl_lws/admission.py ----------------------------------------------------------------------------
+    # --- mnnvl_lws/pod_admission.py ----------------------------------------------------------------------------
     Guard(
         name="lws-opt-in-confirmed-afresh",
         keeps="a leader of an LWS the webhook's stores do not know yet still gets its claim and gate",
-        path=f"{LWS}/admission.py",
+        path=f"{LWS}/pod_admission.py",
         find="    if known is not None and known.opted_in:\n        return True\n",
         replace="    if True:\n        return known is not None and known.opted_in\n",
         suite=(replica("admission_races"),),
@@ -557,11 +557,11 @@ GUARDS: tuple[Guard, ...] = (
         replace="",
         suite=(REPLICA_PLANNER,),
     ),
-    # --- mnnvl_ds/admission.py: slice-scope pod and child LWS admission ------------------------------------
+    # --- mnnvl_ds/slice_admission.py: slice-scope pod and child LWS admission ------------------------------------
     Guard(
         name="ds-pod-joins-only-its-own-sets-domain",
         keeps="a pod of a child LWS of another DisaggregatedSet incarnation does not join this one's domain",
-        path=f"{DS}/admission.py",
+        path=f"{DS}/slice_admission.py",
         find="        return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)",
         replace="        return workload is not None and (workload.opted_in or child.slice_scope)",
         suite=(SLICE_ADMISSION,),
@@ -569,16 +569,16 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="ds-opt-in-confirmed-afresh",
         keeps="a pod of a DisaggregatedSet the webhook's stores do not know yet still gets its claim and gate",
-        path=f"{DS}/admission.py",
+        path=f"{DS}/slice_admission.py",
         find="    if fits(known):\n        return known\n",
         replace="    if True:\n        return known if fits(known) else None\n",
         suite=(SLICE_ADMISSION,),
     ),
-    # --- mnnvl_ds/decisions.py -------------------------------------------------------------------------------
+    # --- mnnvl_ds/rules.py -------------------------------------------------------------------------------
     Guard(
         name="ds-child-refused-while-a-foreign-domain-holds-its-name",
         keeps="a slice whose domain name a look-alike holds is never scaled",
-        path=f"{DS}/decisions.py",
+        path=f"{DS}/rules.py",
         find="    if domain is not None and not domains.is_owned_by(",
         replace="    if False and not domains.is_owned_by(",
         suite=(slice_scope("stale_stores"),),
@@ -586,7 +586,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="ds-child-refused-while-the-gate-is-off",
         keeps="with the gate off, an enrolled role gets no new child LWS whose pods would lack the claim",
-        path=f"{DS}/decisions.py",
+        path=f"{DS}/rules.py",
         find="    if not gate_enabled:\n        if not role_enrolled:\n            return []",
         replace="    if not gate_enabled:\n        if True:\n            return []",
         suite=(SLICE_ADMISSION,),
@@ -594,7 +594,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="ds-recorded-name-must-be-the-slices",
         keeps="a slice pod's own compute-domain-name is refused unless it is its slice and revision's domain",
-        path=f"{DS}/decisions.py",
+        path=f"{DS}/rules.py",
         find="    if recorded is not None and recorded != domain:",
         replace="    if False:",
         suite=(SLICE_ADMISSION,),
@@ -687,15 +687,15 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="ds-read-afresh-on-mismatch",
         keeps="the stores answer for a slice pod only when they hold the child and set the pod belongs to",
-        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
-        find="stored.slice_scope and decisions.stores_agree(pod, stored, known):",
+        path="packages/mnnvl-ds/src/mnnvl_ds/slice_admission.py",
+        find="stored.slice_scope and rules.stores_agree(pod, stored, known):",
         replace="stored.slice_scope:",
         suite=(SLICE_ADMISSION,),
     ),
     Guard(
         name="lws-read-afresh-on-mismatch",
         keeps="a replica pod is bound against the LeaderWorkerSet that exists, not a previous one the stores hold",
-        path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
+        path="packages/mnnvl-lws/src/mnnvl_lws/pod_admission.py",
         find="if domain is None or (known is not None and known.uid == domain.owner_uid):",
         replace="if True:",
         suite=(REPLICA_ADMISSION,),
@@ -703,7 +703,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-derived-domain",
         keeps="one group, one domain: a leader's edited record cannot steer its worker onto another domain",
-        path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
+        path="packages/mnnvl-lws/src/mnnvl_lws/rules.py",
         find="    return leader_domain(leader, position)\n",
         replace="    return references.recorded_domain(leader)\n",
         suite=(REPLICA_ADMISSION,),
@@ -711,7 +711,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-of-an-unstamped-leader-waits",
         keeps="no opted-in pod runs without its claim: a stamped worker of a leader made without the scope waits",
-        path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
+        path="packages/mnnvl-lws/src/mnnvl_lws/rules.py",
         find='if ((leader.get("metadata") or {}).get("labels") or {}).get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA:',
         replace="if False:",
         suite=(REPLICA_ADMISSION,),
@@ -719,7 +719,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-of-a-leader-without-domain-waits-when-opted-in",
         keeps="no opted-in pod runs without its claim: a worker whose leader has no domain runs alone only unopted",
-        path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
+        path="packages/mnnvl-lws/src/mnnvl_lws/pod_admission.py",
         find="if binding is None and await _opted_in(client, stores, namespace, position.lws, _revision_of(worker)):",
         replace="if False:",
         suite=(REPLICA_ADMISSION,),
@@ -727,7 +727,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="worker-leader-uid",
         keeps="one group, one domain: a worker binds to the current incarnation of its leader only",
-        path="packages/mnnvl-lws/src/mnnvl_lws/decisions.py",
+        path="packages/mnnvl-lws/src/mnnvl_lws/rules.py",
         find='if leader_ref is not None and leader_ref.get("uid") != leader_meta.get("uid"):',
         replace="if False:",
         suite=(replica("stale_stores"),),
@@ -744,7 +744,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="a-stamped-revision-keeps-its-claim",
         keeps="no opted-in pod runs without its claim: a leader of a revision upstream recorded stamped, after opt-out",
-        path="packages/mnnvl-lws/src/mnnvl_lws/admission.py",
+        path="packages/mnnvl-lws/src/mnnvl_lws/pod_admission.py",
         find="return revision is not None and await _revision_opted_in(client, stores, fresh, revision)",
         replace="return False",
         suite=(replica("interleavings"), replica("opt_outs")),
@@ -760,7 +760,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="a-stamped-child-keeps-its-claim",
         keeps="no opted-in pod runs without its claim: a pod of a stamped child after its set opted out",
-        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
+        path="packages/mnnvl-ds/src/mnnvl_ds/slice_admission.py",
         find="(workload.opted_in or child.slice_scope)",
         replace="workload.opted_in",
         suite=(SLICE_ADMISSION,),
@@ -776,7 +776,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="refuse-child-scale-up-while-gate-off",
         keeps="no enrolled slice grows without claims while the gate is off: scale-up of an enrolled role's child",
-        path="packages/mnnvl-ds/src/mnnvl_ds/decisions.py",
+        path="packages/mnnvl-ds/src/mnnvl_ds/rules.py",
         find="        if not role_enrolled:",
         replace="        if not creating or not role_enrolled:",
         suite=(SLICE_ADMISSION,),
@@ -784,7 +784,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="refuse-enrolled-pods-while-gate-off",
         keeps="no pod of an enrolled role runs without its claim while the gate is off (it is refused for retry)",
-        path="packages/mnnvl-ds/src/mnnvl_ds/admission.py",
+        path="packages/mnnvl-ds/src/mnnvl_ds/slice_admission.py",
         find="        await _refuse_while_gate_off(client, namespace, await _fresh_child(client, namespace, lws_name))\n",
         replace="        await _fresh_child(client, namespace, lws_name)\n",
         suite=(SLICE_ADMISSION,),

@@ -1,4 +1,4 @@
-"""Every installer's copy of the webhook configurations is what the controllers' `registration.py` builds: the
+"""Every installer's copy of the webhook configurations is what the controllers register: the
 chart's JSON files and the kustomize `webhooks.yaml` files, written by `python -m mnnvl_runtime.webhook_manifests`."""
 
 from __future__ import annotations

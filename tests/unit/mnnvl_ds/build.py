@@ -14,7 +14,7 @@ import yaml
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, opt_in
-from mnnvl_ds import decisions, planner
+from mnnvl_ds import planner, rules
 
 from ..mnnvl_api import pods, snapshots
 
@@ -79,7 +79,7 @@ def enabled(**kwargs: Any) -> dict[str, Any]:
 
 def mutated(body: dict[str, Any], env: opt_in.Environment = ENV_ON) -> dict[str, Any]:
     """The DisaggregatedSet as the mutating webhook leaves it."""
-    result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(body), decisions.ds_patch(body, env))
+    result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(body), rules.ds_patch(body, env))
     return result
 
 
@@ -166,8 +166,12 @@ def pod(
 # --- the planner's facts -----------------------------------------------------------------------------------
 
 
-def workload(uid: str = UID, *, deleting: bool = False, opted_in: bool = True, slices: int = 2) -> planner.Workload:
-    return planner.Workload(namespace=NS, name=DS, uid=uid, deleting=deleting, opted_in=opted_in, slices=slices)
+def workload(
+    uid: str = UID, *, deleting: bool = False, opted_in: bool = True, slices: int = 2
+) -> planner.DisaggregatedSetFacts:
+    return planner.DisaggregatedSetFacts(
+        namespace=NS, name=DS, uid=uid, deleting=deleting, opted_in=opted_in, slices=slices
+    )
 
 
 def child_facts(
@@ -199,8 +203,8 @@ def pod_facts(
     terminal: bool = False,
     deleting: bool = False,
     missing_claim: bool = False,
-) -> planner.PodFacts:
-    return planner.PodFacts(
+) -> planner.SlicePodFacts:
+    return planner.SlicePodFacts(
         name=name,
         uid=f"uid-{name}",
         domain=domain,
@@ -274,12 +278,12 @@ def domain_object(slice_index: int = 0, revision_hash: str = REVISION, *, owner_
 def snapshot(
     *,
     children: tuple[planner.Child, ...] = (),
-    pods_: tuple[planner.PodFacts, ...] = (),
+    pods_: tuple[planner.SlicePodFacts, ...] = (),
     domains_: tuple[domains.DomainFacts, ...] = (),
     templates: tuple[str, ...] | None = None,
     in_use: tuple[str, ...] = (),
     recorded: tuple[str, ...] = (),
-    workload_: planner.Workload | None = None,
+    workload_: planner.DisaggregatedSetFacts | None = None,
     gone: bool = False,
     gate_enabled: bool = True,
 ) -> planner.Snapshot:

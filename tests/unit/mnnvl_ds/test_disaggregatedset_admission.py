@@ -11,7 +11,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import opt_in
-from mnnvl_ds import decisions
+from mnnvl_ds import rules
 
 from ..mnnvl_api import pods
 from . import build
@@ -34,7 +34,7 @@ def scope_labels(body: dict[str, Any]) -> dict[str, str | None]:
 def messages(
     body: dict[str, Any], old: dict[str, Any] | None = None, env: opt_in.Environment = build.ENV_ON
 ) -> list[str]:
-    return [str(error) for error in decisions.ds_errors(body, old, env)]
+    return [str(error) for error in rules.ds_errors(body, old, env)]
 
 
 # --- stamping and revisions ------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def test_every_template_of_an_enrolled_role_is_stamped_and_user_metadata_is_kept
 
 def test_stamping_is_idempotent() -> None:
     once = build.mutated(build.seed_example())
-    assert decisions.ds_patch(once, build.ENV_ON) == []
+    assert rules.ds_patch(once, build.ENV_ON) == []
 
 
 @pytest.mark.parametrize(
@@ -125,10 +125,10 @@ def test_setting_or_removing_either_annotation_changes_the_revision(
 
 
 def test_toggling_the_gate_changes_no_template_either_way() -> None:
-    assert decisions.ds_patch(build.seed_example(), build.ENV_OFF) == []
+    assert rules.ds_patch(build.seed_example(), build.ENV_OFF) == []
     stamped = build.mutated(build.seed_example())
     stamped["metadata"]["annotations"] = {}
-    assert decisions.ds_patch(stamped, build.ENV_OFF) == []
+    assert rules.ds_patch(stamped, build.ENV_OFF) == []
 
 
 def test_opting_out_removes_the_stamps_and_keeps_user_labels() -> None:
@@ -140,14 +140,14 @@ def test_opting_out_removes_the_stamps_and_keeps_user_labels() -> None:
 
 def test_a_scope_label_a_user_wrote_is_not_overwritten_but_left_for_validation() -> None:
     body = build.enabled(roles=[build.role("prefill", worker_meta={"labels": {keys.SCOPE_LABEL: "mine"}})])
-    assert decisions.ds_patch(body, build.ENV_ON) == []
+    assert rules.ds_patch(body, build.ENV_ON) == []
 
 
 def test_a_shape_the_api_server_would_reject_gets_no_patch() -> None:
     body = build.enabled()
     body["spec"]["roles"] = "prefill"
-    assert decisions.ds_patch(body, build.ENV_ON) == []
-    assert decisions.ds_errors(body, None, build.ENV_ON) == []
+    assert rules.ds_patch(body, build.ENV_ON) == []
+    assert rules.ds_errors(body, None, build.ENV_ON) == []
 
 
 # --- validation ------------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def test_every_error_is_reported_at_once() -> None:
         annotations={DS_KEY: "on"},
         roles=[build.role("prefill", annotations={LWS_KEY: "yes"}, worker_meta={"labels": {keys.SCOPE_LABEL: "x"}})],
     )
-    assert [error.path for error in decisions.ds_errors(build.mutated(body), None, build.ENV_ON)] == [
+    assert [error.path for error in rules.ds_errors(build.mutated(body), None, build.ENV_ON)] == [
         "metadata.annotations[disaggregatedset.x-k8s.io/auto-compute-domain]",
         "spec.roles[0].metadata.annotations[leaderworkerset.sigs.k8s.io/auto-compute-domain]",
         "spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.metadata.labels[leaderworkerset.sigs.k8s.io/compute-domain-scope]",
@@ -340,7 +340,7 @@ def replica_advice(index: int) -> str:
 
 
 def test_the_seed_example_gets_no_advice() -> None:
-    assert decisions.ds_warnings(build.seed_example()) == []
+    assert rules.ds_warnings(build.seed_example()) == []
 
 
 @pytest.mark.parametrize(
@@ -354,24 +354,24 @@ def test_the_seed_example_gets_no_advice() -> None:
 def test_slice_scope_without_a_placement_policy_on_the_clique_label_gets_a_warning(
     placement: dict[str, str] | None,
 ) -> None:
-    assert decisions.ds_warnings(build.enabled(placement=placement)) == [SLICE_ADVICE]
+    assert rules.ds_warnings(build.enabled(placement=placement)) == [SLICE_ADVICE]
 
 
 def test_exclusive_topology_on_the_clique_label_is_placement_enough() -> None:
     placement = {"type": "ExclusiveTopology", "topology": keys.GPU_CLIQUE_LABEL}
-    assert decisions.ds_warnings(build.enabled(placement=placement)) == []
+    assert rules.ds_warnings(build.enabled(placement=placement)) == []
 
 
 def test_a_per_replica_role_without_exclusive_topology_gets_a_warning() -> None:
     roles = [build.role("prefill", annotations={LWS_KEY: "enabled"}), build.role("decode")]
-    assert decisions.ds_warnings(build.ds(roles=roles)) == [replica_advice(0)]
+    assert rules.ds_warnings(build.ds(roles=roles)) == [replica_advice(0)]
 
 
 def test_under_a_placement_policy_on_another_topology_the_advice_is_the_policys_topology() -> None:
     """Upstream refuses exclusive-topology on roles while the set has a placement policy."""
     rack = {"type": "ExclusiveSlice", "topology": "topology.kubernetes.io/rack"}
     roles = [build.role("prefill", annotations={LWS_KEY: "enabled"}), build.role("decode")]
-    [advice] = decisions.ds_warnings(build.ds(roles=roles, placement=rack))
+    [advice] = rules.ds_warnings(build.ds(roles=roles, placement=rack))
     assert advice == replica_advice(0).replace(
         "set leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique",
         "set spec.placementPolicy.topology to nvidia.com/gpu.clique",
@@ -382,14 +382,14 @@ def test_a_per_replica_role_placed_by_exclusive_topology_or_the_sets_placement_g
     placed_role = build.role(
         "prefill", annotations={LWS_KEY: "enabled", keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: keys.GPU_CLIQUE_LABEL}
     )
-    assert decisions.ds_warnings(build.ds(roles=[placed_role, build.role("decode")])) == []
+    assert rules.ds_warnings(build.ds(roles=[placed_role, build.role("decode")])) == []
     asking = build.role("prefill", annotations={LWS_KEY: "enabled"})
-    assert decisions.ds_warnings(build.ds(roles=[asking, build.role("decode")], placement=CLIQUE)) == []
+    assert rules.ds_warnings(build.ds(roles=[asking, build.role("decode")], placement=CLIQUE)) == []
 
 
 def test_advice_is_a_warning_and_never_an_error() -> None:
     body = build.mutated(build.enabled())
-    assert decisions.ds_warnings(body) == [SLICE_ADVICE]
+    assert rules.ds_warnings(body) == [SLICE_ADVICE]
     assert messages(body) == []
 
 
@@ -402,7 +402,7 @@ def test_named_containers_that_leave_gpu_containers_out_get_a_warning_on_enrolle
         ],
         placement=CLIQUE,
     )
-    assert decisions.ds_warnings(body) == [
+    assert rules.ds_warnings(body) == [
         "spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: "
         '"routing-proxy" names no container that requests nvidia.com/gpu, so GPU container "vllm" gets no '
         "ComputeDomain channel; name the GPU containers too, or remove the annotation to target them automatically"

@@ -12,7 +12,7 @@ import pytest
 
 from mnnvl_api import errors, keys
 from mnnvl_api.decisions import domains
-from mnnvl_ds import admission, decisions
+from mnnvl_ds import rules, slice_admission
 
 from ..mnnvl_runtime.memory_api import MemoryApi
 from . import build
@@ -35,7 +35,7 @@ def refusals(
     role_enrolled: bool = True,
     domain: domains.DomainFacts | None = None,
 ) -> list[str]:
-    found = decisions.child_errors(lws, old, gate_enabled=gate_enabled, role_enrolled=role_enrolled, domain=domain)
+    found = rules.child_errors(lws, old, gate_enabled=gate_enabled, role_enrolled=role_enrolled, domain=domain)
     return [str(error) for error in found]
 
 
@@ -139,7 +139,7 @@ def test_a_leaderworkerset_outside_the_slice_scope_is_never_refused(lws: dict[st
 
 def test_a_leaderworkerset_adopted_from_before_slices_is_slice_0() -> None:
     legacy = build.child(slice_index=None)
-    assert decisions.position_of(legacy["metadata"]) == decisions.Position(
+    assert rules.child_position(legacy["metadata"]) == rules.Position(
         ds=build.DS, slice=0, revision=build.REVISION, role="prefill"
     )
     foreign = build.domain(D0, owner_uid=None, manager=None)
@@ -151,7 +151,7 @@ def test_a_leaderworkerset_adopted_from_before_slices_is_slice_0() -> None:
 
 def check(api: MemoryApi, lws: dict[str, Any], old: dict[str, Any] | None = None, *, gate_enabled: bool) -> list[str]:
     found: list[errors.FieldError] = asyncio.run(
-        admission.child_errors(api.client(keys.DS_CONTROLLER), lws, old, gate_enabled=gate_enabled)
+        slice_admission.child_errors(api.client(keys.DS_CONTROLLER), lws, old, gate_enabled=gate_enabled)
     )
     return [str(error) for error in found]
 

@@ -13,7 +13,7 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
-from mnnvl_ds import admission, decisions, state
+from mnnvl_ds import rules, slice_admission, state
 
 from ..mnnvl_api import pods
 from ..mnnvl_runtime import relist
@@ -34,7 +34,7 @@ def admitted(pod: dict[str, Any], result: injection.PodAdmission) -> dict[str, A
 
 def test_a_pod_joining_a_ready_domain_gets_the_claim_in_its_gpu_containers_and_runs_at_once() -> None:
     pod = build.pod(build.child())
-    result = decisions.admit_pod(pod, domain=D0, domain_ready=True)
+    result = rules.admit_pod(pod, domain=D0, domain_ready=True)
     after = admitted(pod, result)
     assert after["spec"]["resourceClaims"] == [
         {"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": names.claim_template_name(D0)}
@@ -50,37 +50,37 @@ def test_a_pod_joining_a_ready_domain_gets_the_claim_in_its_gpu_containers_and_r
 
 def test_a_pod_joining_a_domain_that_is_not_ready_is_gated() -> None:
     pod = build.pod(build.child())
-    result = decisions.admit_pod(pod, domain=D0, domain_ready=False)
+    result = rules.admit_pod(pod, domain=D0, domain_ready=False)
     assert admitted(pod, result)["spec"]["schedulingGates"] == [GATE]
     assert result.gated
 
 
 def test_named_containers_are_targeted_exactly() -> None:
     pod = build.pod(build.child(), spec=pods.dra_gpu_spec(), annotations=pods.dra_gpu_annotations("vllm"))
-    assert decisions.admit_pod(pod, domain=D0, domain_ready=True).targets == ("vllm",)
+    assert rules.admit_pod(pod, domain=D0, domain_ready=True).targets == ("vllm",)
 
 
 def test_restartable_init_containers_requesting_gpus_are_targeted() -> None:
     pod = build.pod(build.child(), spec=pods.restartable_init_spec())
-    assert decisions.admit_pod(pod, domain=D0, domain_ready=True).targets == ("vllm", "nixl-agent")
+    assert rules.admit_pod(pod, domain=D0, domain_ready=True).targets == ("vllm", "nixl-agent")
 
 
 def test_a_cpu_only_pod_records_its_domain_without_a_claim() -> None:
     pod = build.pod(build.child(), spec=pods.cpu_leader_spec())
-    after = admitted(pod, decisions.admit_pod(pod, domain=D0, domain_ready=True))
+    after = admitted(pod, rules.admit_pod(pod, domain=D0, domain_ready=True))
     assert after["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] == D0
     assert "resourceClaims" not in after["spec"]
 
 
 def test_admission_is_idempotent() -> None:
     pod = build.pod(build.child())
-    once = admitted(pod, decisions.admit_pod(pod, domain=D0, domain_ready=False))
-    assert decisions.admit_pod(once, domain=D0, domain_ready=False).patch == []
+    once = admitted(pod, rules.admit_pod(pod, domain=D0, domain_ready=False))
+    assert rules.admit_pod(once, domain=D0, domain_ready=False).patch == []
 
 
 def test_a_recorded_domain_that_is_not_the_slices_is_refused() -> None:
     pod = build.pod(build.child(), annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "llm-serving-1-3f9a0c2e"})
-    [error] = decisions.admit_pod(pod, domain=D0, domain_ready=True).errors
+    [error] = rules.admit_pod(pod, domain=D0, domain_ready=True).errors
     assert str(error) == (
         'metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-name]: Invalid value: "llm-serving-1-3f9a0c2e": '
         f"not the ComputeDomain of this pod's slice and revision ({D0}); remove the annotation, it is set automatically"
@@ -89,7 +89,7 @@ def test_a_recorded_domain_that_is_not_the_slices_is_refused() -> None:
 
 def test_a_missing_named_container_is_refused_naming_it() -> None:
     pod = build.pod(build.child(), annotations=pods.dra_gpu_annotations("proxy"))
-    [error] = decisions.admit_pod(pod, domain=D0, domain_ready=True).errors
+    [error] = rules.admit_pod(pod, domain=D0, domain_ready=True).errors
     assert str(error) == (
         'metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: Invalid value: "proxy": '
         'no container named "proxy" (containers: "vllm", "routing-proxy"); name existing containers only'
@@ -110,7 +110,7 @@ def admit(
     api: MemoryApi, pod: dict[str, Any], stores: state.Stores | None = None, *, gate_enabled: bool = True
 ) -> injection.PodAdmission:
     client = api.client(keys.DS_CONTROLLER)
-    return asyncio.run(admission.admit_pod(client, stores or state.Stores(), pod, gate_enabled=gate_enabled))
+    return asyncio.run(slice_admission.admit_pod(client, stores or state.Stores(), pod, gate_enabled=gate_enabled))
 
 
 def owned_child(api: MemoryApi, **kwargs: Any) -> dict[str, Any]:
@@ -314,11 +314,11 @@ def test_a_pod_of_a_recreated_set_gets_its_claim_though_the_stores_hold_the_old_
 
 def test_the_stores_answer_only_for_the_child_and_set_a_pod_says_it_belongs_to() -> None:
     pod = build.pod(build.child())
-    assert decisions.stores_agree(pod, build.child_facts(), build.workload())
-    assert not decisions.stores_agree(pod, build.child_facts(owner_uid="previous-set"), build.workload())
-    assert not decisions.stores_agree(pod, build.child_facts(), None)
-    assert not decisions.stores_agree(pod, build.child_facts(revision_hash=build.NEXT_REVISION), build.workload())
-    assert not decisions.stores_agree(pod, build.child_facts(slice_scope=False), build.workload())
+    assert rules.stores_agree(pod, build.child_facts(), build.workload())
+    assert not rules.stores_agree(pod, build.child_facts(owner_uid="previous-set"), build.workload())
+    assert not rules.stores_agree(pod, build.child_facts(), None)
+    assert not rules.stores_agree(pod, build.child_facts(revision_hash=build.NEXT_REVISION), build.workload())
+    assert not rules.stores_agree(pod, build.child_facts(slice_scope=False), build.workload())
 
 
 def test_a_stored_child_whose_position_is_not_the_pods_is_read_afresh() -> None:

@@ -26,7 +26,8 @@ def client_config(path: str) -> dict[str, Any]:
 
 def configurations() -> dict[str, dict[str, Any]]:
     return {
-        configuration["metadata"]["name"]: configuration for configuration in scope.CONTROLLER.configurations(client_config)
+        configuration["metadata"]["name"]: configuration
+        for configuration in scope.CONTROLLER.configurations(client_config)
     }
 
 
@@ -92,8 +93,7 @@ def test_the_pod_webhook_selects_slice_scope_pods_by_label() -> None:
 def test_the_set_condition_looks_at_the_object_and_on_update_at_the_old_object() -> None:
     [condition] = webhooks_by_name()["validate-disaggregatedset.mnnvl-ds.mnnvl.dev"]["matchConditions"]
     assert condition["expression"] == (
-        f"({scope.concerns_auto_compute_domain('object')}) || "
-        f"({scope.concerns_auto_compute_domain('oldObject')})"
+        f"({scope.concerns_auto_compute_domain('object')}) || ({scope.concerns_auto_compute_domain('oldObject')})"
     )
 
 

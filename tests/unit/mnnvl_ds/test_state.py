@@ -93,7 +93,7 @@ def test_a_pod_is_read_with_its_recorded_domain_gate_and_claim() -> None:
     pod["spec"]["schedulingGates"] = [{"name": "other"}, {"name": keys.SCHEDULING_GATE}]
     stores = observed(("pod", pod))
     [facts] = stores.snapshot(*KEY, gate_enabled=True).pods
-    assert facts == planner.PodFacts(
+    assert facts == planner.SlicePodFacts(
         name=pod["metadata"]["name"],
         uid=pod["metadata"]["uid"],
         domain=D0,

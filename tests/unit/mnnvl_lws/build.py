@@ -68,8 +68,8 @@ def pod(
     }
 
 
-def workload(uid: str = UID, *, deleting: bool = False) -> planner.Workload:
-    return planner.Workload(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
+def workload(uid: str = UID, *, deleting: bool = False) -> planner.LeaderWorkerSetFacts:
+    return planner.LeaderWorkerSetFacts(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
 
 
 def controller_revision(
@@ -113,8 +113,8 @@ def leader(
     terminal: bool = False,
     deleting: bool = False,
     revision: str | None = None,
-) -> planner.PodFacts:
-    return planner.PodFacts(
+) -> planner.ReplicaPodFacts:
+    return planner.ReplicaPodFacts(
         name=f"deepseek-r1-{group}",
         uid=f"uid-deepseek-r1-{group}",
         group=group,
@@ -127,8 +127,8 @@ def leader(
     )
 
 
-def worker(group: int, index: int, domain: str | None, *, gated: bool = False) -> planner.PodFacts:
-    return planner.PodFacts(
+def worker(group: int, index: int, domain: str | None, *, gated: bool = False) -> planner.ReplicaPodFacts:
+    return planner.ReplicaPodFacts(
         name=f"deepseek-r1-{group}-{index}",
         uid=f"uid-deepseek-r1-{group}-{index}",
         group=group,
@@ -142,12 +142,12 @@ def worker(group: int, index: int, domain: str | None, *, gated: bool = False) -
 
 def snapshot(
     *,
-    pods_: tuple[planner.PodFacts, ...] = (),
+    pods_: tuple[planner.ReplicaPodFacts, ...] = (),
     domains_: tuple[domains.DomainFacts, ...] = (),
     templates: tuple[str, ...] | None = None,
     in_use: tuple[str, ...] = (),
     recorded: tuple[str, ...] = (),
-    workload_: planner.Workload | None = None,
+    workload_: planner.LeaderWorkerSetFacts | None = None,
     gate_enabled: bool = True,
     gone: bool = False,
     stamped_revisions: tuple[str, ...] = (),

@@ -18,7 +18,7 @@ from ..mnnvl_runtime.memory_api import MemoryApi
 
 NS = "serving"
 LWS = "dsr1"
-WORKLOAD = planner.Workload(namespace=NS, name=LWS, uid="uid-dsr1")
+WORKLOAD = planner.LeaderWorkerSetFacts(namespace=NS, name=LWS, uid="uid-dsr1")
 
 
 def snapshot() -> planner.Snapshot:

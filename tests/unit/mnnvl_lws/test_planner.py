@@ -85,7 +85,7 @@ def test_an_obsolete_domain_still_referenced_by_a_pod_is_kept() -> None:
 
 
 def test_a_domain_recorded_by_a_terminating_leader_is_not_obsolete() -> None:
-    leaving = planner.PodFacts(
+    leaving = planner.ReplicaPodFacts(
         name="deepseek-r1-0",
         uid="uid-deepseek-r1-0",
         group=0,
@@ -195,7 +195,9 @@ def test_a_domain_recorded_by_a_live_pod_is_in_use_without_any_claim() -> None:
 
 
 def test_only_an_opted_in_workload_gets_domains() -> None:
-    not_opted = planner.Workload(namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False)
+    not_opted = planner.LeaderWorkerSetFacts(
+        namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False
+    )
     plan = planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True),), workload_=not_opted))
     assert plan.create == ()
 
@@ -203,7 +205,9 @@ def test_only_an_opted_in_workload_gets_domains() -> None:
 def test_after_opting_out_a_restarted_group_of_an_opted_in_revision_gets_its_domain_and_is_released() -> None:
     """Upstream recreates a group the rollout has not reached from its old, stamped revision: that group keeps
     its revision's semantics, a new domain for the new incarnation, while the other groups' domains stay."""
-    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False)
+    opted_out = planner.LeaderWorkerSetFacts(
+        namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False
+    )
     restarted = build.leader(0, D0_NEW, gated=True, revision="old")
     running = build.leader(1, D1, revision="old")
     waiting = build.snapshot(
@@ -222,7 +226,9 @@ def test_after_opting_out_a_restarted_group_of_an_opted_in_revision_gets_its_dom
 
 
 def test_after_opting_out_a_leader_of_a_revision_that_was_not_opted_in_gets_no_domain() -> None:
-    opted_out = planner.Workload(namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False)
+    opted_out = planner.LeaderWorkerSetFacts(
+        namespace="serving", name="deepseek-r1", uid=domain_builders.UID, opted_in=False
+    )
     pods = (build.leader(0, D0, gated=True, revision="new"),)
     plan = planner.plan(build.snapshot(pods_=pods, workload_=opted_out, stamped_revisions=("old",)))
     assert plan.create == ()

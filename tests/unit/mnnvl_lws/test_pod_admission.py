@@ -11,7 +11,7 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
-from mnnvl_lws import admission, decisions, state
+from mnnvl_lws import pod_admission, rules, state
 
 from ..mnnvl_api import domain_builders
 from ..mnnvl_runtime import relist
@@ -20,7 +20,7 @@ from . import build
 
 
 def admit(api: MemoryApi, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
-    return asyncio.run(admission.admit_pod(api.client(keys.LWS_CONTROLLER), stores, pod, token="bcdfg"))
+    return asyncio.run(pod_admission.admit_pod(api.client(keys.LWS_CONTROLLER), stores, pod, token="bcdfg"))
 
 
 def api_with(lws: dict[str, Any]) -> MemoryApi:
@@ -195,7 +195,7 @@ def opted_out() -> tuple[MemoryApi, str]:
 def stamped_revision(revision_hash: str, *, uid: str) -> dict[str, Any]:
     """Upstream's record of a revision made while the LWS was opted in: its templates carry our stamps."""
     lws = build.opted_in()
-    patched: dict[str, Any] = jsonpatch.apply_patch(lws, decisions.template_patch(lws, build.ENV_ON))
+    patched: dict[str, Any] = jsonpatch.apply_patch(lws, rules.template_patch(lws, build.ENV_ON))
     return build.controller_revision(patched, revision_hash, uid=uid)
 
 

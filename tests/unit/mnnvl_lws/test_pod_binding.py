@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mnnvl_api import errors, keys
-from mnnvl_lws import decisions
+from mnnvl_lws import rules
 
 from . import build
 
@@ -37,8 +37,8 @@ def worker(sts_uid: str | None = "sts-2") -> dict[str, Any]:
 
 def bind(
     worker_: dict[str, Any], leader_: dict[str, Any] | None, statefulset_: dict[str, Any] | None
-) -> str | decisions.Retry | None:
-    return decisions.worker_binding(worker_, position(worker_), leader_, statefulset_)
+) -> str | rules.Retry | None:
+    return rules.worker_binding(worker_, position(worker_), leader_, statefulset_)
 
 
 def test_a_worker_of_the_current_leader_joins_its_domain() -> None:
@@ -66,19 +66,19 @@ def test_a_worker_is_not_bound_to_a_leader_incarnation_that_is_not_current(
     worker_: dict[str, Any], leader_: dict[str, Any] | None, statefulset_: dict[str, Any] | None, why: str
 ) -> None:
     binding = bind(worker_, leader_, statefulset_)
-    assert isinstance(binding, decisions.Retry)
+    assert isinstance(binding, rules.Retry)
     assert why in binding.message
 
 
-def position(pod: dict[str, Any]) -> decisions.PodPosition:
-    found = decisions.pod_position(pod)
-    assert isinstance(found, decisions.PodPosition)
+def position(pod: dict[str, Any]) -> rules.PodPosition:
+    found = rules.pod_position(pod)
+    assert isinstance(found, rules.PodPosition)
     return found
 
 
 def test_a_name_recorded_on_a_pod_must_be_derived_for_it() -> None:
     named = build.pod("deepseek-r1-0", annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "NOT A NAME!!"})
-    assert [str(e) for e in decisions.recorded_name_errors(named, position(named), None)] == [
+    assert [str(e) for e in rules.recorded_name_errors(named, position(named), None)] == [
         str(
             errors.invalid(
                 f"metadata.annotations[{keys.COMPUTE_DOMAIN_NAME_ANNOTATION}]",
@@ -89,15 +89,15 @@ def test_a_name_recorded_on_a_pod_must_be_derived_for_it() -> None:
         )
     ]
     derived = build.pod("deepseek-r1-0", annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: DOMAIN})
-    assert decisions.recorded_name_errors(derived, position(derived), None) == []
+    assert rules.recorded_name_errors(derived, position(derived), None) == []
 
 
 def test_a_worker_may_only_record_its_leaders_domain() -> None:
     own = build.pod(
         "deepseek-r1-0-1", leader="deepseek-r1-0", annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: DOMAIN}
     )
-    assert decisions.recorded_name_errors(own, position(own), DOMAIN) == []
-    (error,) = decisions.recorded_name_errors(own, position(own), "deepseek-r1-0-bbbbb")
+    assert rules.recorded_name_errors(own, position(own), DOMAIN) == []
+    (error,) = rules.recorded_name_errors(own, position(own), "deepseek-r1-0-bbbbb")
     assert 'not the ComputeDomain of leader pod "deepseek-r1-0" (deepseek-r1-0-bbbbb)' in str(error)
 
 
@@ -106,7 +106,7 @@ def test_a_leader_without_a_claim_steers_its_worker_only_to_a_domain_name_of_the
     edited = leader()
     edited["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] = "deepseek-r1-1-x7k2b"  # group 1's
     binding = bind(worker(), edited, statefulset())
-    assert isinstance(binding, decisions.Retry)
+    assert isinstance(binding, rules.Retry)
     assert binding.message.startswith(
         f'metadata.annotations[{keys.COMPUTE_DOMAIN_NAME_ANNOTATION}] of leader pod "deepseek-r1-0" '
         '(deepseek-r1-1-x7k2b) is not the ComputeDomain mnnvl gave group 0 of LeaderWorkerSet "deepseek-r1"; '
@@ -130,7 +130,7 @@ def test_a_leader_made_from_a_template_that_had_not_opted_in_admits_no_worker_th
     del unstamped["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION]
     del unstamped["metadata"]["labels"][keys.SCOPE_LABEL]
     binding = bind(worker(), unstamped, statefulset())
-    assert isinstance(binding, decisions.Retry)
+    assert isinstance(binding, rules.Retry)
     assert binding.message == (
         'leader pod "deepseek-r1-0" was made from a template of LeaderWorkerSet "deepseek-r1" that had not opted in, '
         "this pod from one that has; it is created once the leader is replaced (the leader StatefulSet rolls it to "

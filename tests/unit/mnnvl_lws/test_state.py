@@ -10,7 +10,7 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains
-from mnnvl_lws import decisions, planner, state
+from mnnvl_lws import planner, rules, state
 
 from ..mnnvl_api import domain_builders
 from . import build
@@ -156,7 +156,7 @@ def test_the_revision_store_gives_a_snapshot_the_stamped_revisions_of_this_lws_a
     """StatefulSets' ControllerRevisions carry the same hash label and are not template revisions."""
     stores = state.Stores()
     lws = build.opted_in()
-    stamped: dict[str, Any] = jsonpatch.apply_patch(lws, decisions.template_patch(lws, build.ENV_ON))
+    stamped: dict[str, Any] = jsonpatch.apply_patch(lws, rules.template_patch(lws, build.ENV_ON))
     revisions = [
         build.controller_revision(stamped, "old"),
         build.controller_revision(build.lws(), "new"),

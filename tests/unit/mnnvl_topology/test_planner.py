@@ -278,8 +278,8 @@ def pod(
     templates: frozenset[str] = frozenset(),
     channel: bool = False,
     gpu: bool = False,
-) -> census.PodFacts:
-    return census.PodFacts(
+) -> census.PodUsage:
+    return census.PodUsage(
         namespace="ns", name=name, node=node_name, live=True, templates=templates, channel_claim=channel, gpu=gpu,
         unschedulable=False, topology_missing=False, scope=None, kai=False, slice=None, lws=None, group_index=None,
         gang=None, owner=None,
@@ -527,7 +527,7 @@ def test_a_grove_pods_group_is_the_widest_part_of_its_gang_asked_into_one_clique
     )
 
 
-def facts_of(labels: dict[str, str], owner: str | None = None) -> census.PodFacts:
+def facts_of(labels: dict[str, str], owner: str | None = None) -> census.PodUsage:
     refs = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": owner, "controller": True}] if owner else []
     return census.pod_facts(
         {"metadata": {"name": "p", "namespace": "ns", "labels": labels, "ownerReferences": refs}, "spec": {}}
@@ -551,7 +551,7 @@ def facts_of(labels: dict[str, str], owner: str | None = None) -> census.PodFact
         pytest.param(facts_of({}), ("owner", "", "", "p"), id="alone"),
     ],
 )  # fmt: skip
-def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: census.PodFacts, key: tuple[str, ...]) -> None:
+def test_a_pods_group_is_its_slice_replica_gang_or_owner(facts: census.PodUsage, key: tuple[str, ...]) -> None:
     assert census.group_key(facts) == key
 
 

@@ -1,7 +1,7 @@
 """Safety of the whole replica-scope protocol (mnnvl-lws) over adversarial interleavings (`harness`).
 
-The real webhooks (`decisions.template_patch` and `decisions.lws_errors` for every LeaderWorkerSet write,
-`admission.admit_pod` for every stamped pod), stores, planner and executor, with the shared domain writer, run in
+The real webhooks (`rules.template_patch` and `rules.lws_errors` for every LeaderWorkerSet write,
+`pod_admission.admit_pod` for every stamped pod), stores, planner and executor, with the shared domain writer, run in
 two replicas against an in-memory API server. Besides what `harness` interleaves, this model has, as upstream LWS
 and Kubernetes make them:
 
@@ -32,7 +32,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import opt_in, references
-from mnnvl_lws import admission, decisions, planner, scope, state
+from mnnvl_lws import planner, pod_admission, rules, scope, state
 from mnnvl_runtime import scopes
 
 from ..mnnvl_runtime.memory_api import Object
@@ -112,7 +112,7 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
         self.statefulset_leaders: dict[str, str] = {}
         lws = self.write_lws(lws_body(LWS, opted_in=True))
         assert lws is not None
-        workload = planner.Workload(namespace=NS, name=LWS, uid=lws["metadata"]["uid"])
+        workload = planner.LeaderWorkerSetFacts(namespace=NS, name=LWS, uid=lws["metadata"]["uid"])
         self.foreign = self.put_foreign_look_alike(
             names.replica_domain_name(LWS, 0, "zzzzz"), planner.domain_labels(workload, 0)
         )
@@ -128,8 +128,8 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
             keys.LWS_PLURAL,
             "LeaderWorkerSet",
             body,
-            mutate=lambda found: decisions.template_patch(found, ENV),
-            validate=lambda found, before: decisions.lws_errors(found, before, ENV),
+            mutate=lambda found: rules.template_patch(found, ENV),
+            validate=lambda found, before: rules.lws_errors(found, before, ENV),
             plain=PLAIN,
         )
         if mutated is None:
@@ -256,7 +256,7 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
         replica = self._replica(via)
         self._admit(
             body,
-            admission.admit_pod(replica.client, replica.stores, body, token=next(self.tokens)),
+            pod_admission.admit_pod(replica.client, replica.stores, body, token=next(self.tokens)),
             latency=latency,
         )
 
@@ -542,7 +542,7 @@ def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_de
 
 
 def test_no_configurable_fence_lets_a_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
-    """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest admission.
+    """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest pod_admission.
     A worker read its domain as ready just before the mark; its creation lands `ADMISSION_BOUND` later."""
     machine, domain = leader_fails_while_a_worker_is_admitted(min(accepted_fences()), gpu_leader=True)
     machine.time_passes(seconds=min(machine.fence, ADMISSION_BOUND - 1.0))

@@ -1,4 +1,4 @@
-"""The replica scope's pod webhook (`mnnvl_lws.admission.admit_pod`) over arbitrary worlds.
+"""The replica scope's pod webhook (`mnnvl_lws.pod_admission.admit_pod`) over arbitrary worlds.
 
 The interleaving model (`test_interleavings.py`) admits the pods upstream LWS makes, in the orders it makes them.
 This property asks the webhook about any pod a user or a stale controller could create, against any history of
@@ -30,7 +30,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys, names
-from mnnvl_lws import admission, planner, state
+from mnnvl_lws import planner, pod_admission, state
 
 from ..mnnvl_api import pods
 from ..mnnvl_runtime.memory_api import DELETED_AT, MemoryApi, Object
@@ -179,7 +179,9 @@ def build_domains(world: World, data: st.DataObject) -> None:
             continue
         owner = data.draw(mostly(*reversed(world.lws_uids)), label="domain's owner")
         group = 1 if name == OTHER_GROUP else 0
-        labels = planner.domain_labels(planner.Workload(namespace=NS, name=LWS, uid=owner, deleting=False), group)
+        labels = planner.domain_labels(
+            planner.LeaderWorkerSetFacts(namespace=NS, name=LWS, uid=owner, deleting=False), group
+        )
         put_domain(world.api, name, labels, data, ours=keys.LWS_CONTROLLER)
 
 
@@ -273,7 +275,7 @@ def test_the_replica_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObj
     api = world.api
 
     answered = answer(
-        pod, admission.admit_pod(api.client(keys.LWS_CONTROLLER), stores, copy.deepcopy(pod), token=TOKEN)
+        pod, pod_admission.admit_pod(api.client(keys.LWS_CONTROLLER), stores, copy.deepcopy(pod), token=TOKEN)
     )
 
     is_leader = pod["metadata"]["name"] == LEADER

@@ -30,7 +30,7 @@ def group_of(name: str) -> int:
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> planner.Snapshot:
-    pods: list[planner.PodFacts] = []
+    pods: list[planner.ReplicaPodFacts] = []
     for group in (0, 1):
         if not draw(st.booleans()):
             continue
@@ -80,7 +80,7 @@ def snapshots(draw: st.DrawFn) -> planner.Snapshot:
         templates=tuple(templates),
         in_use=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
         recorded=tuple(draw(st.lists(st.sampled_from(DOMAINS), unique=True))),
-        workload_=planner.Workload(
+        workload_=planner.LeaderWorkerSetFacts(
             namespace="serving", name=LWS, uid=domain_builders.UID, deleting=draw(RARELY), opted_in=opted_in
         ),
         gate_enabled=not draw(RARELY),

@@ -1,5 +1,5 @@
-"""The slice scope's webhooks over arbitrary worlds: `mnnvl_ds.admission.admit_pod` (a pod of a child
-LeaderWorkerSet) and `admission.child_errors` (a child LeaderWorkerSet created or scaled).
+"""The slice scope's webhooks over arbitrary worlds: `mnnvl_ds.slice_admission.admit_pod` (a pod of a child
+LeaderWorkerSet) and `slice_admission.child_errors` (a child LeaderWorkerSet created or scaled).
 
 As `test_replica_admission.py` does for the replica scope, this asks the webhooks about any pod or child a user or a
 stale controller could write, against any history of what they read: DisaggregatedSets deleted and recreated
@@ -28,7 +28,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys, names
-from mnnvl_ds import admission, planner, state
+from mnnvl_ds import planner, slice_admission, state
 
 from ..mnnvl_api import pods
 from ..mnnvl_runtime.memory_api import MemoryApi, Object
@@ -118,7 +118,7 @@ def build(world: World, data: st.DataObject) -> None:
     for position in POSITIONS:
         if data.draw(mostly(position == POSITIONS[0], position != POSITIONS[0]), label=f"{position} has a domain"):
             owner = data.draw(mostly(*reversed(world.ds_uids)), label="domain's owner")
-            labels = planner.domain_labels(planner.Workload(namespace=NS, name=DS, uid=owner), position)
+            labels = planner.domain_labels(planner.DisaggregatedSetFacts(namespace=NS, name=DS, uid=owner), position)
             put_domain(world.api, names.slice_domain_name(DS, *position), labels, data, ours=keys.DS_CONTROLLER)
 
 
@@ -228,7 +228,9 @@ def test_the_slice_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObjec
     api = world.api
     client = api.client(keys.DS_CONTROLLER)
 
-    answered = answer(pod, admission.admit_pod(client, stores, copy.deepcopy(pod), gate_enabled=world.gate_enabled))
+    answered = answer(
+        pod, slice_admission.admit_pod(client, stores, copy.deepcopy(pod), gate_enabled=world.gate_enabled)
+    )
 
     child = api.peek(keys.LWS_PLURAL, NS, CHILD)
     truth = truth_of(api, child) if child is not None else None
@@ -303,7 +305,7 @@ def test_the_slice_child_webhook_keeps_the_promise_in_any_world(data: st.DataObj
         old, lws = None, child_body(world, data)
     client = api.client(keys.DS_CONTROLLER)
 
-    found = asyncio.run(admission.child_errors(client, lws, old, gate_enabled=world.gate_enabled))
+    found = asyncio.run(slice_admission.child_errors(client, lws, old, gate_enabled=world.gate_enabled))
 
     truth = truth_of(api, lws)
     adds = old is None or growing

@@ -1,7 +1,7 @@
 """Safety of the whole slice-scope protocol (mnnvl-ds) over adversarial interleavings (`harness`).
 
-The real webhooks (`decisions.ds_patch` and `decisions.ds_errors` for every DisaggregatedSet write,
-`admission.child_errors` for every child LeaderWorkerSet, `admission.admit_pod` for every stamped pod), stores,
+The real webhooks (`rules.ds_patch` and `rules.ds_errors` for every DisaggregatedSet write,
+`slice_admission.child_errors` for every child LeaderWorkerSet, `slice_admission.admit_pod` for every stamped pod), stores,
 planner and executor (with the shared domain writer and the upstream retries), run in two replicas against an
 in-memory API server. Besides what `harness` interleaves, this model has, as upstream and Kubernetes make them:
 
@@ -29,7 +29,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import opt_in, references
-from mnnvl_ds import admission, decisions, planner, scope, state
+from mnnvl_ds import planner, rules, scope, slice_admission, state
 from mnnvl_ds.retries import UpstreamRetries
 from mnnvl_runtime import scopes
 
@@ -104,7 +104,7 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
         self.edits: dict[str, int] = {}
         found = self.write_ds(ds_body(DS, opted_in=True))
         assert found is not None
-        workload = planner.Workload(namespace=NS, name=DS, uid=found["metadata"]["uid"])
+        workload = planner.DisaggregatedSetFacts(namespace=NS, name=DS, uid=found["metadata"]["uid"])
         self.foreign = self.put_foreign_look_alike(
             names.slice_domain_name(DS, *FOREIGN_POSITION), planner.domain_labels(workload, FOREIGN_POSITION)
         )
@@ -126,8 +126,8 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
             keys.DS_PLURAL,
             "DisaggregatedSet",
             body,
-            mutate=lambda found: decisions.ds_patch(found, ENV),
-            validate=lambda found, before: decisions.ds_errors(found, before, ENV),
+            mutate=lambda found: rules.ds_patch(found, ENV),
+            validate=lambda found, before: rules.ds_errors(found, before, ENV),
             plain=PLAIN,
         )
         if mutated is None:
@@ -142,7 +142,7 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
         return self.api.update(keys.DS_PLURAL, NS, name, change)
 
     def revision(self, ds: Object) -> str:
-        stamped = decisions.in_slice_scope({"spec": ds["spec"]["roles"][0]["spec"]})
+        stamped = rules.in_slice_scope({"spec": ds["spec"]["roles"][0]["spec"]})
         return REVISIONS[(self.edits[ds["metadata"]["name"]] % 2, stamped)]
 
     @precondition(lambda self: self.may_disrupt("workload"))
@@ -225,7 +225,7 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
             "spec": {"replicas": 1, "leaderWorkerTemplate": template},
         }
         refused = self.loop.run_until_complete(
-            admission.child_errors(self.api.client(keys.DS_CONTROLLER), body, None, gate_enabled=True)
+            slice_admission.child_errors(self.api.client(keys.DS_CONTROLLER), body, None, gate_enabled=True)
         )
         if ds_name == PLAIN:
             self.note_plain_answer(f"LeaderWorkerSet {body['metadata']['name']}", refused=bool(refused), patch=[])
@@ -274,7 +274,7 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
             self.pending.append((self.now + latency, body))
             return
         replica = self._replica(via)
-        self._admit(body, admission.admit_pod(replica.client, replica.stores, body), latency=latency)
+        self._admit(body, slice_admission.admit_pod(replica.client, replica.stores, body), latency=latency)
 
     def _pods(self) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.api.view("pods"))
@@ -488,7 +488,7 @@ def test_a_pod_of_a_revision_that_opted_in_keeps_its_claim_after_opt_out() -> No
 
 def test_no_configurable_fence_lets_a_slice_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
     """Hole 4 of issue 19, for slices: the shortest fence the configuration accepts must outlast the slowest
-    admission."""
+    slice_admission."""
     machine = SliceScope()
     machine.configured(min(accepted_fences()))
     running_slice(machine)

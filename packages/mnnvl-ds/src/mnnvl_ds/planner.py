@@ -31,7 +31,7 @@ SliceRevision = tuple[int, str]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload(plans.WorkloadFacts):
+class DisaggregatedSetFacts(plans.WorkloadFacts):
     """The DisaggregatedSet, as far as its domains are concerned. `opted_in`: some role is enrolled in slice
     ComputeDomains, by the set's annotation or its own."""
 
@@ -56,11 +56,11 @@ class Child:
 
 
 #: A slice pod's planner facts are exactly what every scope knows of a pod.
-PodFacts = plans.PodFacts
+SlicePodFacts = plans.PodFacts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Snapshot(plans.ScopeSnapshot[Workload, PodFacts]):
+class Snapshot(plans.ScopeSnapshot[DisaggregatedSetFacts, SlicePodFacts]):
     """`domains`: every domain of this DisaggregatedSet's name (ours or not), the domains named for its slices
     and revisions, and those its pods record."""
 
@@ -71,7 +71,7 @@ def domain_name(ds_name: str, position: SliceRevision) -> str:
     return names.slice_domain_name(ds_name, *position)
 
 
-def domain_labels(workload: Workload, position: SliceRevision) -> dict[str, str]:
+def domain_labels(workload: DisaggregatedSetFacts, position: SliceRevision) -> dict[str, str]:
     slice_index, revision = position
     return plans.domain_labels(
         workload,
@@ -81,7 +81,7 @@ def domain_labels(workload: Workload, position: SliceRevision) -> dict[str, str]
     )
 
 
-def position_of(domain: domains.DomainFacts) -> SliceRevision | None:
+def domain_position(domain: domains.DomainFacts) -> SliceRevision | None:
     """The (slice, revision) a domain's labels say it serves; None when they say none."""
     if domain.slice is None or not domain.slice.isdigit() or not domain.revision:
         return None
@@ -91,7 +91,7 @@ def position_of(domain: domains.DomainFacts) -> SliceRevision | None:
 def is_ours(domain: domains.DomainFacts, ds_name: str) -> bool:
     """Created by mnnvl-ds for a (slice, revision) of the DisaggregatedSet of this name (`plans.made_by`), and the
     name is exactly what the slice scope derives from the domain's position labels."""
-    position = position_of(domain)
+    position = domain_position(domain)
     return (
         plans.made_by(domain, manager=MANAGER, workload_name=ds_name)
         and position is not None
@@ -208,7 +208,7 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     remaining = {(child.owner_uid, child.slice, child.revision) for child in snapshot.children}
 
     def wanted(found: domains.DomainFacts) -> bool:
-        served = position_of(found)
+        served = domain_position(found)
         current = workload is not None and workload.uid == found.owner_uid
         return current and served is not None and (found.owner_uid, *served) in remaining
 
@@ -222,11 +222,11 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     )
 
 
-def _to_create(workload: Workload, position: SliceRevision) -> plans.DomainToCreate:
+def _to_create(workload: DisaggregatedSetFacts, position: SliceRevision) -> plans.DomainToCreate:
     return plans.to_create(workload, domain_name(workload.name, position), domain_labels(workload, position))
 
 
-def _foreign(workload: Workload, position: SliceRevision, found: domains.DomainFacts) -> plans.Warning:
+def _foreign(workload: DisaggregatedSetFacts, position: SliceRevision, found: domains.DomainFacts) -> plans.Warning:
     return plans.Warning(
         reason=events.UNEXPECTED_OWNER_REASON,
         message=(

@@ -9,7 +9,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import plans, templates
 from mnnvl_runtime import controller, preflight, scopes, webhooks
 
-from . import admission, decisions, planner, retries, state
+from . import planner, retries, rules, slice_admission, state
 
 
 def created(domain: plans.DomainToCreate) -> str:
@@ -78,7 +78,7 @@ def slice_scope_child(variable: str) -> str:
 
 
 def child_webhooks(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
-    """`validate-leaderworkerset`, for the slice-scope LeaderWorkerSets of DisaggregatedSets only (`admission`)."""
+    """`validate-leaderworkerset` (`slice_admission`), for slice-scope LeaderWorkerSets of DisaggregatedSets only."""
     rule = {
         "apiGroups": [keys.LWS_GROUP],
         "apiVersions": [keys.LWS_VERSION],
@@ -104,12 +104,12 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     is_ours=planner.is_ours,
     created=created,
     deleted=deleted,
-    admit_pod=admission.admit,
+    admit_pod=slice_admission.admit,
     workload_rules=scopes.WorkloadRules(
         plural=keys.DS_PLURAL,
-        stamp=decisions.ds_patch,
-        errors=decisions.ds_errors,
-        warnings=decisions.ds_warnings,
+        stamp=rules.ds_patch,
+        errors=rules.ds_errors,
+        warnings=rules.ds_warnings,
         concerns=concerns_auto_compute_domain,
     ),
     more_validating=child_webhooks,

@@ -13,7 +13,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import enrollment, ownership, plans
 from mnnvl_runtime import indexes, stores
 
-from . import decisions, planner
+from . import planner, rules
 
 registry = kopf.OperatorRegistry()
 
@@ -25,7 +25,7 @@ LWS_SELECTOR = keys.DS_NAME_LABEL
 
 
 @dataclasses.dataclass
-class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
+class Stores(stores.ScopeStores[planner.DisaggregatedSetFacts, planner.SlicePodFacts]):
     manager = planner.MANAGER
     pod_resource = stores.Resource(api_version="v1", plural="pods", label_selector=POD_SELECTOR)
     workload_resource = stores.Resource(api_version=keys.DS_API_VERSION, plural=keys.DS_PLURAL)
@@ -47,14 +47,14 @@ class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
     def more_keys(self) -> set[NamespacedName]:
         return set(self.children.groups())
 
-    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, planner.PodFacts] | None:
+    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, planner.SlicePodFacts] | None:
         labels = pod["metadata"].get("labels") or {}
         ds = labels.get(keys.DS_NAME_LABEL)
         if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_SLICE or not ds:
             return None
         return ds, plans.pod_facts(pod)
 
-    def workload_of(self, body: Mapping[str, Any]) -> planner.Workload | None:
+    def workload_of(self, body: Mapping[str, Any]) -> planner.DisaggregatedSetFacts | None:
         return workload_facts(body)
 
     def apply_child(self, uid: str, lws: Mapping[str, Any] | None) -> list[NamespacedName]:
@@ -102,12 +102,12 @@ class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
         )
 
 
-def workload_facts(ds: Mapping[str, Any]) -> planner.Workload | None:
+def workload_facts(ds: Mapping[str, Any]) -> planner.DisaggregatedSetFacts | None:
     """What the planner needs of a DisaggregatedSet; None for one whose shape cannot be read."""
-    model = decisions.parse(ds)
+    model = rules.parse(ds)
     if model is None or model.metadata.uid is None:
         return None
-    return planner.Workload(
+    return planner.DisaggregatedSetFacts(
         namespace=model.metadata.namespace or "",
         name=model.metadata.name,
         uid=model.metadata.uid,
@@ -120,7 +120,7 @@ def workload_facts(ds: Mapping[str, Any]) -> planner.Workload | None:
 def child_facts(lws: Mapping[str, Any]) -> planner.Child | None:
     """What the planner needs of a LeaderWorkerSet that a DisaggregatedSet controls (None: it is none)."""
     meta = lws["metadata"]
-    position = decisions.position_of(meta)
+    position = rules.child_position(meta)
     owner = ownership.disaggregated_set_reference(meta)
     if position is None or owner is None:
         return None
@@ -131,7 +131,7 @@ def child_facts(lws: Mapping[str, Any]) -> planner.Child | None:
         slice=position.slice,
         revision=position.revision,
         role=position.role,
-        slice_scope=decisions.in_slice_scope(lws),
+        slice_scope=rules.in_slice_scope(lws),
         deleting=bool(meta.get("deletionTimestamp")),
     )
 

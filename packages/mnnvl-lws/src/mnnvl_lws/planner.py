@@ -25,11 +25,11 @@ MANAGER = keys.LWS_CONTROLLER
 
 
 #: A LeaderWorkerSet's facts are exactly what every scope knows of its workload.
-Workload = plans.WorkloadFacts
+LeaderWorkerSetFacts = plans.WorkloadFacts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PodFacts(plans.PodFacts):
+class ReplicaPodFacts(plans.PodFacts):
     """A replica pod: what every scope knows of a pod, and its place in its group."""
 
     group: int
@@ -39,14 +39,14 @@ class PodFacts(plans.PodFacts):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Snapshot(plans.ScopeSnapshot[Workload, PodFacts]):
+class Snapshot(plans.ScopeSnapshot[LeaderWorkerSetFacts, ReplicaPodFacts]):
     """`domains`: every domain of this LWS's name (ours or not) plus the domains its leaders record."""
 
     #: The revision hashes of this LWS (by uid) whose templates upstream recorded with our stamp.
     stamped_revisions: frozenset[str] = frozenset()
 
 
-def domain_labels(workload: Workload, group: int) -> dict[str, str]:
+def domain_labels(workload: LeaderWorkerSetFacts, group: int) -> dict[str, str]:
     return plans.domain_labels(
         workload, manager=MANAGER, scope=keys.SCOPE_REPLICA, position={keys.GROUP_INDEX_LABEL: str(group)}
     )
@@ -64,12 +64,12 @@ def is_ours(domain: domains.DomainFacts, lws_name: str) -> bool:
     )
 
 
-def has_valid_domain(pod: PodFacts, lws_name: str) -> bool:
+def has_valid_domain(pod: ReplicaPodFacts, lws_name: str) -> bool:
     """A leader's recorded domain is trusted only when it is one the replica scope derives for its group."""
     return pod.domain is not None and names.replica_domain_token(pod.domain, lws_name, pod.group) is not None
 
 
-def keeps_opt_in(workload: Workload, leader: PodFacts, stamped_revisions: frozenset[str]) -> bool:
+def keeps_opt_in(workload: LeaderWorkerSetFacts, leader: ReplicaPodFacts, stamped_revisions: frozenset[str]) -> bool:
     """Whether the leader's group is managed: its LWS is opted in, or the leader is of a revision that was."""
     return workload.opted_in or leader.revision in stamped_revisions
 
@@ -124,12 +124,12 @@ def plan(snapshot: Snapshot) -> plans.Plan:
     )
 
 
-def _to_create(workload: Workload, leader: PodFacts) -> plans.DomainToCreate:
+def _to_create(workload: LeaderWorkerSetFacts, leader: ReplicaPodFacts) -> plans.DomainToCreate:
     assert leader.domain is not None
     return plans.to_create(workload, leader.domain, domain_labels(workload, leader.group))
 
 
-def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -> plans.Warning:
+def _foreign(workload: LeaderWorkerSetFacts, leader: ReplicaPodFacts, found: domains.DomainFacts) -> plans.Warning:
     return plans.Warning(
         reason=events.UNEXPECTED_OWNER_REASON,
         message=(
@@ -140,7 +140,7 @@ def _foreign(workload: Workload, leader: PodFacts, found: domains.DomainFacts) -
     )
 
 
-def _invalid_name(leader: PodFacts) -> plans.Warning:
+def _invalid_name(leader: ReplicaPodFacts) -> plans.Warning:
     return plans.Warning(
         reason=events.INVALID_DOMAIN_NAME_REASON,
         message=(

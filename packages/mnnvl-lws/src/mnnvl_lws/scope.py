@@ -7,7 +7,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import plans
 from mnnvl_runtime import preflight, scopes, webhooks
 
-from . import admission, decisions, planner, state
+from . import planner, pod_admission, rules, state
 
 
 def created(domain: plans.DomainToCreate) -> str:
@@ -41,12 +41,12 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     is_ours=planner.is_ours,
     created=created,
     deleted=deleted,
-    admit_pod=admission.admit,
+    admit_pod=pod_admission.admit,
     workload_rules=scopes.WorkloadRules(
         plural=keys.LWS_PLURAL,
-        stamp=decisions.template_patch,
-        errors=decisions.lws_errors,
-        warnings=decisions.lws_warnings,
+        stamp=rules.template_patch,
+        errors=rules.lws_errors,
+        warnings=rules.lws_warnings,
         concerns=concerns_auto_compute_domain,
     ),
     # The pod webhook binds a worker to its leader through the worker's StatefulSet, read afresh; it tells whether

@@ -13,7 +13,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import opt_in, plans
 from mnnvl_runtime import indexes, stores
 
-from . import decisions, planner
+from . import planner, rules
 
 registry = kopf.OperatorRegistry()
 
@@ -25,14 +25,12 @@ REVISION_SELECTOR = keys.LWS_TEMPLATE_REVISION_HASH_LABEL
 
 
 @dataclasses.dataclass
-class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
+class Stores(stores.ScopeStores[planner.LeaderWorkerSetFacts, planner.ReplicaPodFacts]):
     manager = planner.MANAGER
     pod_resource = stores.Resource(api_version="v1", plural="pods", label_selector=POD_SELECTOR)
     workload_resource = stores.Resource(api_version=keys.LWS_API_VERSION, plural=keys.LWS_PLURAL)
     #: (namespace, LWS name) → upstream's records of its template revisions
-    revisions: indexes.Index[NamespacedName, decisions.TemplateRevision] = dataclasses.field(
-        default_factory=indexes.Index
-    )
+    revisions: indexes.Index[NamespacedName, rules.TemplateRevision] = dataclasses.field(default_factory=indexes.Index)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -44,16 +42,16 @@ class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
     def more_mirrors(self) -> list[stores.Mirror[NamespacedName]]:
         return [self.revision_mirror]
 
-    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, planner.PodFacts] | None:
-        position = decisions.pod_position(pod)
+    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, planner.ReplicaPodFacts] | None:
+        position = rules.pod_position(pod)
         labels = pod["metadata"].get("labels") or {}
-        if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA or not isinstance(position, decisions.PodPosition):
+        if labels.get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA or not isinstance(position, rules.PodPosition):
             return None
         return position.lws, pod_facts(pod, position)
 
-    def workload_of(self, body: Mapping[str, Any]) -> planner.Workload:
+    def workload_of(self, body: Mapping[str, Any]) -> planner.LeaderWorkerSetFacts:
         meta = body["metadata"]
-        return planner.Workload(
+        return planner.LeaderWorkerSetFacts(
             namespace=meta.get("namespace", ""),
             name=meta["name"],
             uid=meta["uid"],
@@ -65,7 +63,7 @@ class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
         """Index upstream's record of an LWS template revision; returns the (namespace, LWS) it belongs to."""
         before = self.revisions.groups_of(uid)
         self.revisions.drop(uid)
-        facts = None if revision is None else decisions.template_revision(revision)
+        facts = None if revision is None else rules.template_revision(revision)
         if revision is None or facts is None:
             return list(before)
         key = (revision["metadata"].get("namespace", ""), facts.lws)
@@ -79,7 +77,7 @@ class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
         return frozenset(
             found.hash
             for found in self.revisions.get((namespace, lws)).values()
-            if decisions.revision_opted_in([found], lws_uid=lws_uid, revision_hash=found.hash)
+            if rules.revision_opted_in([found], lws_uid=lws_uid, revision_hash=found.hash)
         )
 
     def snapshot(self, namespace: str, lws: str, *, gate_enabled: bool) -> planner.Snapshot:
@@ -102,10 +100,10 @@ class Stores(stores.ScopeStores[planner.Workload, planner.PodFacts]):
         )
 
 
-def pod_facts(pod: Mapping[str, Any], position: decisions.PodPosition) -> planner.PodFacts:
+def pod_facts(pod: Mapping[str, Any], position: rules.PodPosition) -> planner.ReplicaPodFacts:
     observed = dataclasses.asdict(plans.pod_facts(pod))
     revision = (pod["metadata"].get("labels") or {}).get(keys.LWS_TEMPLATE_REVISION_HASH_LABEL)
-    return planner.PodFacts(**observed, group=position.group, is_leader=position.is_leader, revision=revision)
+    return planner.ReplicaPodFacts(**observed, group=position.group, is_leader=position.is_leader, revision=revision)
 
 
 #: The one store of this process: fed by the watch handlers and fresh lists, read by reconciliation and admission.

@@ -36,7 +36,7 @@ PODS_WITHOUT_CLAIM = prometheus_client.Counter(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload:
+class Target:
     """The workload a plan is applied for, as the executor needs to know it."""
 
     namespace: str
@@ -55,7 +55,7 @@ class Executor:
     def __init__(self, writer: domain_writer.DomainWriter) -> None:
         self.writer = writer
 
-    async def apply(self, plan: plans.Plan, workload: Workload) -> float | None:
+    async def apply(self, plan: plans.Plan, workload: Target) -> float | None:
         """Apply `plan`; returns in how many seconds the workload must be looked at again (a deletion fence)."""
         namespace = workload.namespace
         reference = workload.reference

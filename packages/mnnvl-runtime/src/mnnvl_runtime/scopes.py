@@ -135,7 +135,7 @@ class ScopeExecutor(Generic[Snapshot]):
             gone = snapshot.workload is None or snapshot.workload.uid != snapshot.domains[name].owner_uid
             return "workload_deleted" if gone else "obsolete", scope.deleted(snapshot, name)
 
-        workload = executing.Workload(
+        workload = executing.Target(
             namespace=snapshot.namespace,
             reference=self.reference(snapshot),
             belongs=lambda domain: scope.is_ours(domain, snapshot.workload_name),

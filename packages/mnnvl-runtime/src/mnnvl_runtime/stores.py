@@ -299,12 +299,12 @@ class DomainUsage:
 #: Every scope watches every ComputeDomain (a foreign one may collide with a name of ours) and claim template.
 DOMAIN_RESOURCE = Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=keys.COMPUTE_DOMAIN_PLURAL)
 TEMPLATE_RESOURCE = Resource(api_version="resource.k8s.io/v1", plural="resourceclaimtemplates")
-WorkloadFacts = TypeVar("WorkloadFacts", bound=plans.WorkloadFacts)
-PodFacts = TypeVar("PodFacts", bound=plans.PodFacts)
+WorkloadT = TypeVar("WorkloadT", bound=plans.WorkloadFacts)
+PodT = TypeVar("PodT", bound=plans.PodFacts)
 
 
 @dataclasses.dataclass
-class ScopeStores(abc.ABC, Generic[WorkloadFacts, PodFacts]):
+class ScopeStores(abc.ABC, Generic[WorkloadT, PodT]):
     """What a scope controller (replica, slice) knows: its workloads and their scope pods, by workload
     (namespace, name); the shared domain stores; and which workloads' pods record each domain, to tell which
     workloads a ComputeDomain or claim template event concerns.
@@ -321,9 +321,9 @@ class ScopeStores(abc.ABC, Generic[WorkloadFacts, PodFacts]):
     #: (namespace, domain) → names of the workloads whose pods record it
     domain_users: indexes.Index[NamespacedName, str] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, workload name) → its scope pods
-    pods: indexes.Index[NamespacedName, PodFacts] = dataclasses.field(default_factory=indexes.Index)
+    pods: indexes.Index[NamespacedName, PodT] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, workload name) → the workload
-    workloads: indexes.Index[NamespacedName, WorkloadFacts] = dataclasses.field(default_factory=indexes.Index)
+    workloads: indexes.Index[NamespacedName, WorkloadT] = dataclasses.field(default_factory=indexes.Index)
 
     def __post_init__(self) -> None:
         self.pod_mirror = Mirror(self.pod_resource, self.apply_pod)
@@ -344,11 +344,11 @@ class ScopeStores(abc.ABC, Generic[WorkloadFacts, PodFacts]):
         return set()
 
     @abc.abstractmethod
-    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, PodFacts] | None:
+    def pod_of(self, pod: Mapping[str, Any]) -> tuple[str, PodT] | None:
         """The name of the workload a pod of this scope belongs to, and its facts; None for any other pod."""
 
     @abc.abstractmethod
-    def workload_of(self, body: Mapping[str, Any]) -> WorkloadFacts | None:
+    def workload_of(self, body: Mapping[str, Any]) -> WorkloadT | None:
         """The facts of a workload; None for one whose shape cannot be read."""
 
     @abc.abstractmethod
@@ -405,10 +405,10 @@ class ScopeStores(abc.ABC, Generic[WorkloadFacts, PodFacts]):
 
     # --- reading -------------------------------------------------------------------------------------------
 
-    def workload(self, namespace: str, name: str) -> WorkloadFacts | None:
+    def workload(self, namespace: str, name: str) -> WorkloadT | None:
         return self.workloads.newest((namespace, name))
 
-    def scope_pods(self, namespace: str, workload: str) -> tuple[PodFacts, ...]:
+    def scope_pods(self, namespace: str, workload: str) -> tuple[PodT, ...]:
         return tuple(self.pods.get((namespace, workload)).values())
 
     def domains_for(self, namespace: str, workload: str, also: Iterable[str]) -> dict[str, domains.DomainFacts]:

@@ -106,7 +106,7 @@ def census(nodes: Iterable[NodeFacts], channel_nodes: Iterable[str], *, gpu_node
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PodFacts:
+class PodUsage:
     namespace: str
     name: str
     node: str | None
@@ -139,7 +139,7 @@ class PodFacts:
 TOPOLOGY_MISSING_WORDS: Final = ("does not exist", "does not contain a level")
 
 
-def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+def pod_facts(pod: Mapping[str, Any]) -> PodUsage:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     spec = pod.get("spec") or {}
@@ -157,7 +157,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
             str(labels.get(keys.DS_REVISION_LABEL, "")),
         )
     owner = ownership.controller_owner(meta)
-    return PodFacts(
+    return PodUsage(
         namespace=str(meta.get("namespace", "")),
         name=str(meta["name"]),
         node=spec.get("nodeName") or None,
@@ -179,21 +179,21 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
-def holds_channel(pod: PodFacts, channel_templates: frozenset[tuple[str, str]]) -> bool:
+def holds_channel(pod: PodUsage, channel_templates: frozenset[tuple[str, str]]) -> bool:
     """Whether the pod holds a ComputeDomain channel: mnnvl's channel claim, or any claim generated from a
     ComputeDomain's channel template (a domain made by hand)."""
     return pod.channel_claim or any((pod.namespace, template) in channel_templates for template in pod.templates)
 
 
-def channel_nodes(pods: Iterable[PodFacts], channel_templates: frozenset[tuple[str, str]]) -> set[str]:
+def channel_nodes(pods: Iterable[PodUsage], channel_templates: frozenset[tuple[str, str]]) -> set[str]:
     return {pod.node for pod in pods if pod.node is not None and holds_channel(pod, channel_templates)}
 
 
-def gpu_nodes(pods: Iterable[PodFacts]) -> set[str]:
+def gpu_nodes(pods: Iterable[PodUsage]) -> set[str]:
     return {pod.node for pod in pods if pod.node is not None and pod.gpu}
 
 
-def in_placed_group(pod: PodFacts) -> bool:
+def in_placed_group(pod: PodUsage) -> bool:
     """Whether the pod belongs to a group that may have asked for one clique and takes a node of it: a slice or
     replica scope pod (a DisaggregatedSet slice, an opted-in LWS) or one KAI places (a required placement is on its
     workload), asking for GPUs or holding a claim (a channel, DRA GPUs; one such pod per node in the driver's mode:
@@ -202,12 +202,12 @@ def in_placed_group(pod: PodFacts) -> bool:
     return (pod.scope in (keys.SCOPE_SLICE, keys.SCOPE_REPLICA) or pod.kai) and takes_a_node
 
 
-def may_need_one_clique(pod: PodFacts) -> bool:
+def may_need_one_clique(pod: PodUsage) -> bool:
     """Whether the pod is unschedulable and its group may have asked for one clique."""
     return pod.unschedulable and in_placed_group(pod)
 
 
-def group_key(pod: PodFacts) -> tuple[str, ...]:
+def group_key(pod: PodUsage) -> tuple[str, ...]:
     """The pods placed together with this one, as far as its own labels tell: its slice, its LWS replica, its
     Grove gang, else the pods of its controlling owner (a StatefulSet's, a Job's)."""
     if pod.slice is not None:
@@ -219,19 +219,19 @@ def group_key(pod: PodFacts) -> tuple[str, ...]:
     return ("owner", *(pod.owner or ("", "", pod.name)))
 
 
-def placed_member(pod: PodFacts) -> bool:
+def placed_member(pod: PodUsage) -> bool:
     """Whether the pod runs on a node as a member of a group that may need one clique: the group's other pods must
     join it in that node's clique."""
     return pod.live and pod.node is not None and in_placed_group(pod)
 
 
-def worth_keeping(pod: PodFacts) -> bool:
+def worth_keeping(pod: PodUsage) -> bool:
     """Whether the census or the fit check needs the pod: it holds a claim (a channel, a slice's size) or a GPU,
     its group may need one clique, or it is placed in such a group. Every other pod is forgotten at once."""
     return pod.channel_claim or bool(pod.templates) or pod.gpu or may_need_one_clique(pod) or placed_member(pod)
 
 
-def census_view(pod: PodFacts | None) -> tuple[object, ...] | None:
+def census_view(pod: PodUsage | None) -> tuple[object, ...] | None:
     """The facts of a pod the census reads (None: it counts on no node); the census is computed again only
     when these change."""
     return (

@@ -424,7 +424,7 @@ class Executor:
             self.reads[key] = await self.client.aget(api_version, plural, name, namespace=namespace)
         return self.reads[key]
 
-    async def group_of(self, facts: census.PodFacts) -> fit.Group | None:
+    async def group_of(self, facts: census.PodUsage) -> fit.Group | None:
         """The group an unschedulable pod belongs to, if it asked for one clique (a slice, an opted-in LWS, a Grove
         gang constrained at the clique level, or a KAI required placement at the clique level)."""
         if facts.slice is not None:
@@ -443,7 +443,7 @@ class Executor:
         needed = fit.opted_in_group_size(top, clique_levels=levels)
         return None if needed is None else fit.Group(workload=top, needed=needed)
 
-    async def gang_of(self, facts: census.PodFacts, levels: frozenset[str]) -> fit.Group | None:
+    async def gang_of(self, facts: census.PodUsage, levels: frozenset[str]) -> fit.Group | None:
         """A Grove pod's group, from the PodGang Grove hands KAI; its Warning goes on the PodCliqueSet that made
         the gang or, when Dynamo made that set, on its DynamoGraphDeployment (KAI's top owner, whose annotations it
         reads when the gang has no constraint of its own)."""
@@ -464,7 +464,7 @@ class Executor:
         group = fit.gang_group(gang, facts.name, clique_levels=levels, owner_placement=placement)
         return None if group is None else dataclasses.replace(group, workload=workload)
 
-    async def top_owner(self, facts: census.PodFacts) -> kube.Object | None:
+    async def top_owner(self, facts: census.PodUsage) -> kube.Object | None:
         """The end of the pod's chain of controlling owners, whose annotations KAI reads; None when the chain leaves
         the kinds known here (a CronJob's or a JobSet's Job, an Argo Rollout's ReplicaSet: KAI reads their top
         owner, which is not looked up) or an owner is gone."""

@@ -29,9 +29,9 @@ SliceKey = tuple[str, str, str, str]  # namespace, DisaggregatedSet, slice, revi
 class Stores:
     nodes: dict[str, census.NodeFacts] = dataclasses.field(default_factory=dict)
     #: Pods `census.worth_keeping`: holding a claim or a GPU, or unschedulable in a group that may need a clique.
-    pods: dict[str, census.PodFacts] = dataclasses.field(default_factory=dict)
+    pods: dict[str, census.PodUsage] = dataclasses.field(default_factory=dict)
     #: (namespace, pod) → facts of unschedulable pods whose group may need one clique
-    unschedulable: indexes.Index[tuple[str, str], census.PodFacts] = dataclasses.field(default_factory=indexes.Index)
+    unschedulable: indexes.Index[tuple[str, str], census.PodUsage] = dataclasses.field(default_factory=indexes.Index)
     #: (namespace, *census.group_key) → (pod, node) of the group's pods running on a node
     placed: indexes.Index[tuple[str, ...], tuple[str, str]] = dataclasses.field(default_factory=indexes.Index)
     #: node name → the uid of the node of that name seen last (a node re-registered under its name has a new uid,
@@ -119,7 +119,7 @@ class Stores:
             )
         return self.computed
 
-    def unschedulable_pod(self, namespace: str, name: str) -> census.PodFacts | None:
+    def unschedulable_pod(self, namespace: str, name: str) -> census.PodUsage | None:
         return self.unschedulable.first((namespace, name))
 
     def slice_size(self, namespace: str, ds: str, slice_: str, revision: str) -> int:
@@ -131,7 +131,7 @@ class Stores:
         facts = None if uid is None else self.nodes.get(uid)
         return None if facts is None else facts.clique
 
-    def placed_cliques(self, pod: census.PodFacts, members: frozenset[str] | None) -> dict[str, int]:
+    def placed_cliques(self, pod: census.PodUsage, members: frozenset[str] | None) -> dict[str, int]:
         """Per clique, on how many nodes pods of the pod's group run (of `members` only, when given); nodes without
         the clique label are left out, as KAI leaves them out of the topology."""
         nodes: dict[str, set[str]] = {}

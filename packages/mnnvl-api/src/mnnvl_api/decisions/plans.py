@@ -61,18 +61,18 @@ class WorkloadFacts:
     opted_in: bool = True
 
 
-Workload = TypeVar("Workload", bound=WorkloadFacts)
-Pod = TypeVar("Pod", bound=PodFacts)
+WorkloadT = TypeVar("WorkloadT", bound=WorkloadFacts)
+PodT = TypeVar("PodT", bound=PodFacts)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ScopeSnapshot(Generic[Workload, Pod]):
+class ScopeSnapshot(Generic[WorkloadT, PodT]):
     """What a scope's planner decides one workload's domains from; each scope adds what its position rule needs."""
 
     namespace: str
     workload_name: str
-    workload: Workload | None  # None once the workload is gone
-    pods: tuple[Pod, ...]
+    workload: WorkloadT | None  # None once the workload is gone
+    pods: tuple[PodT, ...]
     #: The domains the scope looks at for this workload (ours or not), by name.
     domains: dict[str, domains.DomainFacts]
     existing_templates: frozenset[str]
@@ -197,7 +197,7 @@ def made_by(domain: domains.DomainFacts, *, manager: str, workload_name: str) ->
     )
 
 
-def releasable(pods: Iterable[Pod], ready: Iterable[str]) -> list[Pod]:
+def releasable(pods: Iterable[PodT], ready: Iterable[str]) -> list[PodT]:
     """The gated, live pods whose recorded domain is among the `ready` ones."""
     ready = set(ready)
     return [p for p in pods if p.gated and not p.terminal and not p.deleting and p.domain in ready]

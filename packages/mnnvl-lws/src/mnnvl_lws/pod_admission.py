@@ -1,5 +1,5 @@
 """The admission of replica-scope pods (their webhook is the scope kit's): the fresh reads a pod's claim
-injection rests on, and the pure decision (`decisions`) on them. Admission has no side effects: it never writes to
+injection rests on, and the pure decision (`rules`) on them. Admission has no side effects: it never writes to
 the API."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, injection, opt_in, ownership, references
 from mnnvl_runtime import admission, controller, kube
 
-from . import decisions, planner, state
+from . import planner, rules, state
 
 
 async def admit(context: controller.Context, stores: state.Stores, pod: dict[str, Any]) -> injection.PodAdmission:
@@ -30,19 +30,19 @@ async def admit_pod(
     fresh reads (the stores may lag behind a group restart). A pod joining an existing domain reads it
     afresh: a condemned or deleting domain admits no one (the fenced deletion relies on this), and only a
     ready one lets the pod run at once (else it is gated)."""
-    position = decisions.pod_position(pod)
+    position = rules.pod_position(pod)
     if isinstance(position, errors.FieldError):
         raise admission.reject([position])
     namespace = pod["metadata"].get("namespace", "")
     if position.is_leader and not await _opted_in(client, stores, namespace, position.lws, _revision_of(pod)):
         return injection.PodAdmission(patch=[], errors=[])  # not ours to manage: no claim, no gate
     domain = None if position.is_leader else await _leader_domain(client, stores, namespace, pod, position)
-    found = decisions.recorded_name_errors(pod, position, domain)
+    found = rules.recorded_name_errors(pod, position, domain)
     if found:
         raise admission.reject(found)
     known = references.recorded_domain(pod) or domain
     ready = known is not None and await _bindable(client, stores, namespace, known, position.lws)
-    admitted = decisions.admit_pod(pod, domain=domain, new_token=token, domain_ready=ready)
+    admitted = rules.admit_pod(pod, domain=domain, new_token=token, domain_ready=ready)
     if admitted.errors:
         raise admission.reject(admitted.errors)
     return admitted
@@ -87,23 +87,23 @@ async def _revision_opted_in(client: kube.Api, stores: state.Stores, lws: dict[s
         return True
     selector = f"{keys.LWS_NAME_LABEL}={name},{keys.LWS_TEMPLATE_REVISION_HASH_LABEL}={revision}"
     page = await client.alist_page("apps/v1", "controllerrevisions", namespace=namespace, label_selector=selector)
-    found = (decisions.template_revision(item) for item in page.items)
-    return decisions.revision_opted_in(found, lws_uid=uid, revision_hash=revision)
+    found = (rules.template_revision(item) for item in page.items)
+    return rules.revision_opted_in(found, lws_uid=uid, revision_hash=revision)
 
 
 async def _leader_domain(
-    client: kube.Api, stores: state.Stores, namespace: str, worker: dict[str, Any], position: decisions.PodPosition
+    client: kube.Api, stores: state.Stores, namespace: str, worker: dict[str, Any], position: rules.PodPosition
 ) -> str | None:
     """The domain of the worker's current leader incarnation: its StatefulSet and the leader pod it names."""
     owner = ownership.controller_reference(worker["metadata"], "StatefulSet")
     statefulset = await client.aget("apps/v1", "statefulsets", owner["name"], namespace=namespace) if owner else None
     leader = await client.aget("v1", "pods", position.leader, namespace=namespace)
-    binding = decisions.worker_binding(worker, position, leader, statefulset)
+    binding = rules.worker_binding(worker, position, leader, statefulset)
     if binding is None and await _opted_in(client, stores, namespace, position.lws, _revision_of(worker)):
         # Its leader has no domain, yet the worker's workload opted in (now, or at its revision): run alone, it
         # would lack the claim it was stamped for.
-        binding = decisions.leader_without_domain(position)
-    if isinstance(binding, decisions.Retry):
+        binding = rules.leader_without_domain(position)
+    if isinstance(binding, rules.Retry):
         raise admission.retry(binding.message)
     return binding
 

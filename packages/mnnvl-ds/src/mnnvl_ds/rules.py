@@ -191,7 +191,7 @@ class Position:
         return names.slice_domain_name(self.ds, self.slice, self.revision)
 
 
-def position_of(meta: Mapping[str, Any]) -> Position | None:
+def child_position(meta: Mapping[str, Any]) -> Position | None:
     """The position the labels in `meta` give; None when they give none (not of a DisaggregatedSet)."""
     labels = meta.get("labels") or {}
     ds = labels.get(keys.DS_NAME_LABEL)
@@ -202,7 +202,7 @@ def position_of(meta: Mapping[str, Any]) -> Position | None:
     return Position(ds=ds, slice=int(slice_label), revision=revision, role=labels.get(keys.DS_ROLE_LABEL, ""))
 
 
-def stores_agree(pod: Mapping[str, Any], child: planner.Child, workload: planner.Workload | None) -> bool:
+def stores_agree(pod: Mapping[str, Any], child: planner.Child, workload: planner.DisaggregatedSetFacts | None) -> bool:
     """Whether the LeaderWorkerSet and DisaggregatedSet the stores hold are the ones `pod` belongs to: its set
     labels give the child's position, its scope stamp is the child's, and the stored DisaggregatedSet is the one
     controlling the child (same uid). A disagreement means a store lags behind the API (an object deleted and
@@ -211,7 +211,7 @@ def stores_agree(pod: Mapping[str, Any], child: planner.Child, workload: planner
     stored = Position(ds=child.ds_name, slice=child.slice, revision=child.revision, role=child.role)
     stamped = (meta.get("labels") or {}).get(keys.SCOPE_LABEL) == keys.SCOPE_SLICE
     return (
-        position_of(meta) == stored
+        child_position(meta) == stored
         and stamped == child.slice_scope
         and workload is not None
         and workload.uid == child.owner_uid
@@ -248,7 +248,7 @@ def child_errors(
     reconcile error and tries again. Scaling down, and everything else, is always allowed.
     """
     meta = lws.get("metadata") or {}
-    position = position_of(meta)
+    position = child_position(meta)
     owner = ownership.disaggregated_set_reference(meta)
     if position is None or owner is None or not in_slice_scope(lws):
         return []

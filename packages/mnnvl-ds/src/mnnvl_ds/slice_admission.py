@@ -1,7 +1,7 @@
 """The slice scope's admission beyond its workload rules (those are the scope kit's webhooks): refusal of new or
 scaled-up slice-scope LeaderWorkerSets of a DisaggregatedSet while the gate is off or their domain's name is taken;
 claim injection into slice-scope pods (their webhook is the kit's), and refusal of enrolled roles' pods while the
-gate is off. Each turns fresh reads into a pure decision (`decisions`); none writes to the API."""
+gate is off. Each turns fresh reads into a pure decision (`rules`); none writes to the API."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mnnvl_api import errors, keys, names
 from mnnvl_api.decisions import domains, enrollment, injection, ownership
 from mnnvl_runtime import admission, controller, kube
 
-from . import decisions, planner, state
+from . import planner, rules, state
 
 LWS = (keys.LWS_GROUP, keys.LWS_VERSION, keys.LWS_PLURAL)
 
@@ -40,8 +40,8 @@ async def child_errors(
     """The LeaderWorkerSet webhook's decision, with the fresh reads it rests on: the ComputeDomain its (slice,
     revision) gets, and, while the gate is off, whether its DisaggregatedSet still enrolls its role."""
     meta = lws.get("metadata") or {}
-    position = decisions.position_of(meta)
-    if position is None or not decisions.in_slice_scope(lws):
+    position = rules.child_position(meta)
+    if position is None or not rules.in_slice_scope(lws):
         return []
     namespace = meta.get("namespace", "")
     found = await client.aget(
@@ -53,7 +53,7 @@ async def child_errors(
         and owner is not None
         and await _role_enrolled(client, namespace, position.ds, position.role, owner_uid=str(owner.get("uid")))
     )
-    return decisions.child_errors(
+    return rules.child_errors(
         lws,
         old,
         gate_enabled=gate_enabled,
@@ -101,7 +101,7 @@ async def admit_pod(
         manager=planner.MANAGER,
         template_exists=stores.shared.template_exists(namespace, names.claim_template_name(domain)),
     )
-    admitted = decisions.admit_pod(pod, domain=domain, domain_ready=ready)
+    admitted = rules.admit_pod(pod, domain=domain, domain_ready=ready)
     if admitted.errors:
         raise admission.reject(admitted.errors)
     return admitted
@@ -109,10 +109,10 @@ async def admit_pod(
 
 async def _slice_workload(
     client: kube.Api, stores: state.Stores, pod: dict[str, Any], namespace: str, lws_name: str
-) -> tuple[planner.Child, planner.Workload] | None:
+) -> tuple[planner.Child, planner.DisaggregatedSetFacts] | None:
     """The pod's LeaderWorkerSet and its opted-in DisaggregatedSet; None: the pod is not the slice scope's.
 
-    The stores answer only when they hold what the pod says it belongs to (`decisions.stores_agree`) and the
+    The stores answer only when they hold what the pod says it belongs to (`rules.stores_agree`) and the
     answer is to manage the pod. Otherwise (the stores do not know the LeaderWorkerSet yet, hold a stale one, or
     would leave the pod alone) its LeaderWorkerSet is read afresh and decides: a pod goes without its claim only
     on what the API says now, never on a store that may lag behind a DisaggregatedSet deleted and recreated."""
@@ -120,7 +120,7 @@ async def _slice_workload(
     known = stores.workload(namespace, stored.ds_name) if stored is not None else None
     # Agreeing, the stores hold the set controlling the stamped child (same uid): it keeps the child's slice
     # domain, opted in or not (`_opted_in_workload`).
-    if stored is not None and known is not None and stored.slice_scope and decisions.stores_agree(pod, stored, known):
+    if stored is not None and known is not None and stored.slice_scope and rules.stores_agree(pod, stored, known):
         return stored, known
     child = await _fresh_child(client, namespace, lws_name)
     if child is None or not child.slice_scope:
@@ -130,7 +130,7 @@ async def _slice_workload(
         # Stamped for the slice scope, yet its DisaggregatedSet is gone (or another incarnation holds the name):
         # an orphan the garbage collector is about to delete. Its pod would run without the claim its slice's
         # pods carry, so it is refused until the collector removes its LeaderWorkerSet.
-        raise admission.retry(decisions.orphan_pod_refusal(lws_name, child.ds_name))
+        raise admission.retry(rules.orphan_pod_refusal(lws_name, child.ds_name))
     return child, workload
 
 
@@ -151,14 +151,14 @@ async def _refuse_while_gate_off(client: kube.Api, namespace: str, child: planne
     if child is None or not child.slice_scope:
         return
     if await _role_enrolled(client, namespace, child.ds_name, child.role, owner_uid=child.owner_uid):
-        position = decisions.Position(ds=child.ds_name, slice=child.slice, revision=child.revision, role=child.role)
-        raise admission.retry(decisions.gate_off_pod_refusal(position))
+        position = rules.Position(ds=child.ds_name, slice=child.slice, revision=child.revision, role=child.role)
+        raise admission.retry(rules.gate_off_pod_refusal(position))
 
 
 async def _role_enrolled(client: kube.Api, namespace: str, ds: str, role: str, *, owner_uid: str) -> bool:
     """Whether the DisaggregatedSet `ds` of `owner_uid`, read afresh, enrolls `role` in slice domains now."""
     fresh = await client.aget(keys.DS_API_VERSION, keys.DS_PLURAL, ds, namespace=namespace)
-    model = decisions.parse(fresh) if fresh is not None else None
+    model = rules.parse(fresh) if fresh is not None else None
     return (
         model is not None
         and model.metadata.uid == owner_uid
@@ -168,13 +168,13 @@ async def _role_enrolled(client: kube.Api, namespace: str, ds: str, role: str, *
 
 async def _opted_in_workload(
     client: kube.Api, stores: state.Stores, namespace: str, child: planner.Child
-) -> planner.Workload | None:
+) -> planner.DisaggregatedSetFacts | None:
     """The DisaggregatedSet that controls `child` (a slice-scope LeaderWorkerSet), when it opted in, or when it
     opted out since (a stamped child keeps its revision's slice domain until the rollout drains it: upstream
     never updates a child's templates): from the stores, confirmed afresh when they say no (they may lag
     behind an opt-in or a new DisaggregatedSet)."""
 
-    def fits(workload: planner.Workload | None) -> bool:
+    def fits(workload: planner.DisaggregatedSetFacts | None) -> bool:
         return workload is not None and workload.uid == child.owner_uid and (workload.opted_in or child.slice_scope)
 
     known = stores.workload(namespace, child.ds_name)

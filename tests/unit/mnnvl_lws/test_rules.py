@@ -8,7 +8,7 @@ import pytest
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection, opt_in, ownership
-from mnnvl_lws import decisions
+from mnnvl_lws import rules
 
 from ..mnnvl_api import domain_builders, pods
 from . import build
@@ -17,7 +17,7 @@ WORKER_META = "/spec/leaderWorkerTemplate/workerTemplate/metadata"
 
 
 def stamped(lws: dict[str, Any], env: opt_in.Environment = build.ENV_ON) -> dict[str, Any]:
-    result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(lws), decisions.template_patch(lws, env))
+    result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(lws), rules.template_patch(lws, env))
     return result
 
 
@@ -49,7 +49,7 @@ def test_stamping_keeps_user_metadata() -> None:
 
 def test_stamping_is_idempotent() -> None:
     once = stamped(build.opted_in())
-    assert decisions.template_patch(once, build.ENV_ON) == []
+    assert rules.template_patch(once, build.ENV_ON) == []
 
 
 @pytest.mark.parametrize("value", [None, "disabled"], ids=["unset", "disabled"])
@@ -65,31 +65,31 @@ def test_opting_out_removes_the_stamps_and_restores_the_template() -> None:
 
 
 def test_the_gate_off_changes_no_template_either_way() -> None:
-    assert decisions.template_patch(build.opted_in(), build.ENV_OFF) == []
+    assert rules.template_patch(build.opted_in(), build.ENV_OFF) == []
     opted = stamped(build.opted_in())
     opted["metadata"]["annotations"] = {}
-    assert decisions.template_patch(opted, build.ENV_OFF) == []
+    assert rules.template_patch(opted, build.ENV_OFF) == []
 
 
 def test_a_slice_scope_stamped_by_mnnvl_ds_is_never_removed() -> None:
     child = build.lws(worker_meta={"labels": {keys.SCOPE_LABEL: keys.SCOPE_SLICE}})
-    assert decisions.template_patch(child, build.ENV_ON) == []
+    assert rules.template_patch(child, build.ENV_ON) == []
 
 
 def test_opting_in_without_the_api_stamps_nothing_but_keeps_earlier_stamps() -> None:
-    assert decisions.template_patch(build.opted_in(), build.ENV_NO_API) == []
-    assert decisions.template_patch(stamped(build.opted_in()), build.ENV_NO_API) == []
+    assert rules.template_patch(build.opted_in(), build.ENV_NO_API) == []
+    assert rules.template_patch(stamped(build.opted_in()), build.ENV_NO_API) == []
 
 
 # --- validation ------------------------------------------------------------------------------------------
 
 
 def test_a_valid_opted_in_lws_has_no_errors() -> None:
-    assert decisions.lws_errors(stamped(build.opted_in()), None, build.ENV_ON) == []
+    assert rules.lws_errors(stamped(build.opted_in()), None, build.ENV_ON) == []
 
 
 def test_an_invalid_opt_in_value_is_rejected_naming_the_allowed_values() -> None:
-    found = decisions.lws_errors(
+    found = rules.lws_errors(
         build.lws(annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "true"}), None, build.ENV_ON
     )
     assert [str(e) for e in found] == [
@@ -99,7 +99,7 @@ def test_an_invalid_opt_in_value_is_rejected_naming_the_allowed_values() -> None
 
 
 def test_opting_in_is_rejected_while_the_gate_is_disabled() -> None:
-    assert [str(e) for e in decisions.lws_errors(build.opted_in(), None, build.ENV_OFF)] == [
+    assert [str(e) for e in rules.lws_errors(build.opted_in(), None, build.ENV_OFF)] == [
         "metadata.annotations[leaderworkerset.sigs.k8s.io/auto-compute-domain]: Forbidden: the AutoComputeDomain "
         "feature gate is disabled; set featureGates.AutoComputeDomain=true (Helm) or AutoComputeDomain: true "
         "(Configuration), or remove the annotation"
@@ -107,7 +107,7 @@ def test_opting_in_is_rejected_while_the_gate_is_disabled() -> None:
 
 
 def test_opting_in_is_rejected_while_the_api_is_not_served() -> None:
-    [error] = decisions.lws_errors(build.opted_in(), None, build.ENV_NO_API)
+    [error] = rules.lws_errors(build.opted_in(), None, build.ENV_NO_API)
     assert "the ComputeDomain API (computedomains.resource.nvidia.com/v1beta1) is not served" in str(error)
 
 
@@ -116,12 +116,12 @@ def test_objects_that_opted_in_earlier_remain_updatable(env: opt_in.Environment)
     old = stamped(build.opted_in())
     new = copy.deepcopy(old)
     new["spec"]["replicas"] = 3
-    assert decisions.lws_errors(new, old, env) == []
+    assert rules.lws_errors(new, old, env) == []
 
 
 def test_a_user_supplied_prefix_is_rejected_unless_it_equals_the_stamp() -> None:
     forged = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "other"}})
-    assert [str(e) for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+    assert [str(e) for e in rules.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-prefix]: "
         'Invalid value: "other": this annotation is managed by the AutoComputeDomain feature; remove it from the template'
     ]
@@ -129,12 +129,12 @@ def test_a_user_supplied_prefix_is_rejected_unless_it_equals_the_stamp() -> None
 
 def test_a_user_supplied_domain_name_is_rejected_outside_disaggregatedsets() -> None:
     forged = build.lws(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "mine"}})
-    assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+    assert [e.path for e in rules.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-name]"
     ]
     forged["metadata"]["labels"] = {keys.DS_NAME_LABEL: "llm"}
     forged["metadata"]["ownerReferences"] = [DS_OWNER]
-    assert decisions.lws_errors(forged, None, build.ENV_ON) == []
+    assert rules.lws_errors(forged, None, build.ENV_ON) == []
 
 
 DS_OWNER = {
@@ -164,7 +164,7 @@ def test_a_forged_disaggregatedset_owner_does_not_exempt_the_reserved_domain_nam
     forged["metadata"]["ownerReferences"] = [owner]
     if ds_label is not None:
         forged["metadata"]["labels"] = {keys.DS_NAME_LABEL: ds_label}
-    assert [str(e) for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+    assert [str(e) for e in rules.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-name]: "
         'Invalid value: "mine": this annotation is managed by the AutoComputeDomain feature; remove it from the template'
     ]
@@ -174,7 +174,7 @@ def test_the_disaggregatedset_controller_owner_exempts_the_domain_name_among_oth
     child = build.lws(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "llm-0-abc"}})
     child["metadata"]["labels"] = {keys.DS_NAME_LABEL: "llm"}
     child["metadata"]["ownerReferences"] = [{**DS_OWNER, "name": "other", "controller": False}, DS_OWNER]
-    assert decisions.lws_errors(child, None, build.ENV_ON) == []
+    assert rules.lws_errors(child, None, build.ENV_ON) == []
 
 
 def test_a_template_claim_with_the_reserved_name_is_rejected() -> None:
@@ -183,7 +183,7 @@ def test_a_template_claim_with_the_reserved_name_is_rejected() -> None:
         {"name": "gpus", "resourceClaimTemplateName": "g"},
         {"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "x"},
     ]
-    assert [str(e) for e in decisions.lws_errors(build.lws(worker_spec=spec), None, build.ENV_ON)] == [
+    assert [str(e) for e in rules.lws_errors(build.lws(worker_spec=spec), None, build.ENV_ON)] == [
         'spec.leaderWorkerTemplate.workerTemplate.spec.resourceClaims[1].name: Invalid value: "lws-compute-domain-channel": '
         "this claim name is reserved for the automatically managed ComputeDomain channel; rename your claim"
     ]
@@ -199,7 +199,7 @@ def test_a_template_claim_with_the_reserved_name_is_rejected() -> None:
 def test_a_template_claim_on_a_channel_claim_template_is_rejected_on_an_opted_in_lws(claim_template: str) -> None:
     spec = pods.deepseek_worker_spec()
     spec["resourceClaims"] = [{"name": "imex", "resourceClaimTemplateName": claim_template}]
-    assert [str(e) for e in decisions.lws_errors(build.opted_in(worker_spec=spec), None, build.ENV_ON)] == [
+    assert [str(e) for e in rules.lws_errors(build.opted_in(worker_spec=spec), None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.spec.resourceClaims[0].resourceClaimTemplateName: "
         f'Invalid value: "{claim_template}": this is a ComputeDomain channel claim template, reserved for the '
         "channel claim the AutoComputeDomain feature injects automatically; remove the claim"
@@ -212,14 +212,14 @@ def test_other_claim_templates_and_lws_that_did_not_opt_in_keep_their_claims() -
         {"name": "gpus", "resourceClaimTemplateName": "four-gpus"},
         {"name": "nic", "resourceClaimTemplateName": "channel-nic"},
     ]
-    assert decisions.lws_errors(build.opted_in(worker_spec=spec), None, build.ENV_ON) == []
+    assert rules.lws_errors(build.opted_in(worker_spec=spec), None, build.ENV_ON) == []
     spec["resourceClaims"].append({"name": "imex", "resourceClaimTemplateName": "my-imex-channel"})
-    assert decisions.lws_errors(build.lws(worker_spec=spec), None, build.ENV_ON) == []
+    assert rules.lws_errors(build.lws(worker_spec=spec), None, build.ENV_ON) == []
 
 
 def test_compute_domain_containers_must_name_existing_containers() -> None:
     lws = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "vllm,proxy"}})
-    assert [str(e) for e in decisions.lws_errors(lws, None, build.ENV_ON)] == [
+    assert [str(e) for e in rules.lws_errors(lws, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: "
         'Invalid value: "vllm,proxy": no container named "proxy" (containers: "vllm", "routing-proxy"); name existing '
         "containers only"
@@ -242,32 +242,32 @@ def generated(name: str | None, **kwargs: Any) -> dict[str, Any]:
 def test_an_opted_in_lws_created_with_generate_name_is_stamped_with_the_generate_name() -> None:
     created = stamped(generated(None, annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}))
     assert worker_meta(created)["annotations"] == {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "deepseek-r1-"}
-    assert decisions.lws_errors(created, None, build.ENV_ON) == []
+    assert rules.lws_errors(created, None, build.ENV_ON) == []
 
 
 def test_the_stamp_of_a_generated_name_lws_stays_the_same_once_its_name_is_generated() -> None:
     created = stamped(generated(None, annotations={keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: "enabled"}))
     stored = copy.deepcopy(created)
     stored["metadata"]["name"] = "deepseek-r1-x7k2b"
-    assert decisions.lws_errors(stored, None, build.ENV_ON) == []  # validation at CREATE sees the name
+    assert rules.lws_errors(stored, None, build.ENV_ON) == []  # validation at CREATE sees the name
     updated = copy.deepcopy(stored)
     updated["spec"]["replicas"] = 3
-    assert decisions.template_patch(updated, build.ENV_ON) == []
-    assert decisions.lws_errors(updated, stored, build.ENV_ON) == []
+    assert rules.template_patch(updated, build.ENV_ON) == []
+    assert rules.lws_errors(updated, stored, build.ENV_ON) == []
 
 
 def test_an_lws_created_with_generate_name_that_did_not_opt_in_is_left_as_is() -> None:
     for name in (None, "deepseek-r1-x7k2b"):
         plain = generated(name)
-        assert decisions.template_patch(plain, build.ENV_ON) == []
-        assert decisions.lws_errors(plain, None, build.ENV_ON) == []
+        assert rules.template_patch(plain, build.ENV_ON) == []
+        assert rules.lws_errors(plain, None, build.ENV_ON) == []
 
 
 def test_a_prefix_other_than_the_generate_name_is_rejected() -> None:
     forged = generated(
         "deepseek-r1-x7k2b", worker_meta={"annotations": {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "deepseek-r1-x7k2b"}}
     )
-    assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+    assert [e.path for e in rules.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-prefix]"
     ]
 
@@ -279,8 +279,8 @@ def test_an_opted_in_lws_whose_groups_nothing_keeps_within_one_clique_is_admitte
     """Seed note: an IMEX channel only connects GPUs within the same NVLink clique; pair auto-compute-domain with
     placement constraints such as exclusive-topology."""
     lws = build.opted_in(placed=False)
-    assert decisions.lws_errors(lws, None, build.ENV_ON) == []
-    assert decisions.lws_warnings(lws) == [
+    assert rules.lws_errors(lws, None, build.ENV_ON) == []
+    assert rules.lws_warnings(lws) == [
         "metadata.annotations[leaderworkerset.sigs.k8s.io/exclusive-topology]: per-replica ComputeDomains are "
         "enabled, but nothing keeps each replica within one nvidia.com/gpu.clique: an IMEX channel only connects "
         "GPUs within one NVLink clique, so a replica spread over several cliques cannot use its ComputeDomain; set "
@@ -289,8 +289,8 @@ def test_an_opted_in_lws_whose_groups_nothing_keeps_within_one_clique_is_admitte
 
 
 def test_no_placement_warning_for_a_placed_a_plain_or_a_disaggregatedset_owned_lws() -> None:
-    assert decisions.lws_warnings(build.opted_in()) == []
-    assert decisions.lws_warnings(build.lws()) == []
+    assert rules.lws_warnings(build.opted_in()) == []
+    assert rules.lws_warnings(build.lws()) == []
     owned = build.opted_in(placed=False)
     owned["metadata"]["labels"] = {keys.DS_NAME_LABEL: "llm"}
     owned["metadata"]["ownerReferences"] = [
@@ -303,13 +303,13 @@ def test_no_placement_warning_for_a_placed_a_plain_or_a_disaggregatedset_owned_l
         }
     ]
     assert ownership.controlled_by_disaggregated_set(owned["metadata"])
-    assert decisions.lws_warnings(owned) == []  # its set is advised, on the set's own fields
+    assert rules.lws_warnings(owned) == []  # its set is advised, on the set's own fields
 
 
 def test_naming_only_containers_without_gpus_warns_about_the_gpu_containers_left_without_the_channel() -> None:
     lws = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "routing-proxy"}})
-    assert decisions.lws_errors(lws, None, build.ENV_ON) == []
-    assert decisions.lws_warnings(lws) == [
+    assert rules.lws_errors(lws, None, build.ENV_ON) == []
+    assert rules.lws_warnings(lws) == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations[leaderworkerset.sigs.k8s.io/compute-domain-containers]: "
         '"routing-proxy" names no container that requests nvidia.com/gpu, so GPU container "vllm" gets no '
         "ComputeDomain channel; name the GPU containers too, or remove the annotation to target them automatically"
@@ -339,7 +339,7 @@ def test_the_warning_names_every_gpu_container_left_out_and_reads_the_same_on_a_
 )
 def test_no_warning_unless_named_containers_leave_gpu_containers_out(spec: dict[str, Any], named: str | None) -> None:
     annotations = {} if named is None else {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: named}
-    assert decisions.lws_warnings(build.opted_in(worker_spec=spec, worker_meta={"annotations": annotations})) == []
+    assert rules.lws_warnings(build.opted_in(worker_spec=spec, worker_meta={"annotations": annotations})) == []
 
 
 # --- pods ------------------------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ def admitted(pod: dict[str, Any], admission: injection.PodAdmission) -> dict[str
 
 def test_a_leader_gets_a_fresh_domain_the_claim_and_the_gate() -> None:
     pod = build.pod("deepseek-r1-1")
-    admission = decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=True)
+    admission = rules.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=True)
     result = admitted(pod, admission)
     assert admission.domain == "deepseek-r1-1-x7k2b"
     assert result["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] == "deepseek-r1-1-x7k2b"
@@ -365,45 +365,45 @@ def test_a_leader_gets_a_fresh_domain_the_claim_and_the_gate() -> None:
 
 def test_a_worker_joins_its_leaders_domain_and_is_gated_only_while_it_is_not_ready() -> None:
     pod = build.pod("deepseek-r1-1-3", leader="deepseek-r1-1")
-    not_ready = decisions.admit_pod(pod, domain="deepseek-r1-1-x7k2b", new_token="zzzzz", domain_ready=False)
+    not_ready = rules.admit_pod(pod, domain="deepseek-r1-1-x7k2b", new_token="zzzzz", domain_ready=False)
     assert not_ready.domain == "deepseek-r1-1-x7k2b"
     assert injection.is_gated(admitted(pod, not_ready)["spec"])
-    ready = decisions.admit_pod(pod, domain="deepseek-r1-1-x7k2b", new_token="zzzzz", domain_ready=True)
+    ready = rules.admit_pod(pod, domain="deepseek-r1-1-x7k2b", new_token="zzzzz", domain_ready=True)
     assert not injection.is_gated(admitted(pod, ready)["spec"])
 
 
 def test_a_worker_whose_leader_has_no_domain_gets_nothing() -> None:
     pod = build.pod("deepseek-r1-1-3", leader="deepseek-r1-1")
-    assert decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False) == injection.PodAdmission(
+    assert rules.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False) == injection.PodAdmission(
         patch=[], errors=[]
     )
 
 
 def test_a_cpu_only_leader_gets_a_domain_but_no_claim() -> None:
     pod = build.pod("deepseek-r1-0", spec=pods.cpu_leader_spec())
-    result = admitted(pod, decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False))
+    result = admitted(pod, rules.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False))
     assert "resourceClaims" not in result["spec"]
     assert result["metadata"]["annotations"][keys.COMPUTE_DOMAIN_NAME_ANNOTATION] == "deepseek-r1-0-x7k2b"
 
 
 def test_pod_admission_is_idempotent_on_reinvocation() -> None:
     pod = build.pod("deepseek-r1-0")
-    once = admitted(pod, decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False))
-    again = decisions.admit_pod(once, domain=None, new_token="other", domain_ready=False)
+    once = admitted(pod, rules.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False))
+    again = rules.admit_pod(once, domain=None, new_token="other", domain_ready=False)
     assert again.patch == []
     assert again.domain == "deepseek-r1-0-x7k2b"
 
 
 def test_the_group_comes_from_names_not_from_upstream_labels() -> None:
     pod = build.pod("web-12-3", lws_name="web", leader="web-12")
-    position = decisions.pod_position(pod)
-    assert isinstance(position, decisions.PodPosition)
+    position = rules.pod_position(pod)
+    assert isinstance(position, rules.PodPosition)
     assert (position.group, position.is_leader) == (12, False)
 
 
 def test_unknown_named_containers_reject_the_pod() -> None:
     pod = build.pod("deepseek-r1-0", annotations={keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "nope"})
-    admission = decisions.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False)
+    admission = rules.admit_pod(pod, domain=None, new_token="x7k2b", domain_ready=False)
     assert admission.patch == []
     assert 'no container named "nope"' in str(admission.errors[0])
 
@@ -411,12 +411,12 @@ def test_unknown_named_containers_reject_the_pod() -> None:
 def test_a_forged_prefix_is_left_in_place_for_validation_to_reject() -> None:
     forged = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION: "other"}})
     assert worker_meta(stamped(forged))["annotations"][keys.COMPUTE_DOMAIN_PREFIX_ANNOTATION] == "other"
-    assert decisions.lws_errors(stamped(forged), None, build.ENV_ON) != []
+    assert rules.lws_errors(stamped(forged), None, build.ENV_ON) != []
 
 
 def test_a_foreign_scope_label_is_rejected() -> None:
     forged = build.lws(worker_meta={"labels": {keys.SCOPE_LABEL: "cluster"}})
-    assert [e.path for e in decisions.lws_errors(forged, None, build.ENV_ON)] == [
+    assert [e.path for e in rules.lws_errors(forged, None, build.ENV_ON)] == [
         "spec.leaderWorkerTemplate.workerTemplate.metadata.labels[leaderworkerset.sigs.k8s.io/compute-domain-scope]"
     ]
 
@@ -425,9 +425,9 @@ def test_a_foreign_scope_label_is_rejected() -> None:
 
 
 def test_upstreams_record_of_a_stamped_revision_says_it_was_opted_in() -> None:
-    found = decisions.template_revision(build.controller_revision(stamped(build.opted_in()), "old"))
-    assert found == decisions.TemplateRevision(lws="deepseek-r1", lws_uid=domain_builders.UID, hash="old", stamped=True)
-    assert decisions.revision_opted_in([found], lws_uid=domain_builders.UID, revision_hash="old")
+    found = rules.template_revision(build.controller_revision(stamped(build.opted_in()), "old"))
+    assert found == rules.TemplateRevision(lws="deepseek-r1", lws_uid=domain_builders.UID, hash="old", stamped=True)
+    assert rules.revision_opted_in([found], lws_uid=domain_builders.UID, revision_hash="old")
 
 
 @pytest.mark.parametrize(
@@ -448,11 +448,11 @@ def test_upstreams_record_of_a_stamped_revision_says_it_was_opted_in() -> None:
 def test_a_revision_counts_as_opted_in_only_when_stamped_and_of_this_lws_and_hash(
     revision: dict[str, Any], lws_uid: str, revision_hash: str
 ) -> None:
-    found = decisions.template_revision(revision)
-    assert not decisions.revision_opted_in([found], lws_uid=lws_uid, revision_hash=revision_hash)
+    found = rules.template_revision(revision)
+    assert not rules.revision_opted_in([found], lws_uid=lws_uid, revision_hash=revision_hash)
 
 
 def test_a_statefulsets_controllerrevision_is_not_a_template_revision() -> None:
     """The leader StatefulSet's own ControllerRevisions carry the same hash label (its template's labels)."""
     revision = build.controller_revision(stamped(build.opted_in()), "old", owner_kind="StatefulSet")
-    assert decisions.template_revision(revision) is None
+    assert rules.template_revision(revision) is None
