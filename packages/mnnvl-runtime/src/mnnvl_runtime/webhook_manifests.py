@@ -1,7 +1,8 @@
 """Writes every installer's copy of the controllers' webhook configurations from the one source, what each
 controller registers (a scope's `scopes.Registered.configurations`), found through the `mnnvl.webhooks` entry
-points (so the runtime never imports a controller): the chart's `files/webhooks/<block>.json` (the clientConfig holds only the path; the chart adds the rest) and, for
-a controller whose kustomization installs a `webhooks.yaml`, that file in full.
+points (so the runtime never imports a controller): the chart's `files/webhooks/<block>.json` (the clientConfig
+holds only the path; the chart adds the rest) and, for a controller whose kustomization installs a
+`webhooks.yaml`, that file in full.
 
 `python -m mnnvl_runtime.webhook_manifests [--check] [ROOT]` (ROOT: a checkout, by default the current
 directory); with `--check` nothing is written and the exit code is 1 when a file differs from what registration
