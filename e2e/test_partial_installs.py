@@ -19,8 +19,7 @@ from mnnvl_api import keys
 from mnnvl_api.models import configuration
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, release, testing
-from mnnvl_topology import executor as topology
-from mnnvl_topology import topologies
+from mnnvl_topology import census_writer, effects, topologies, topology_writer
 
 from . import workloads
 
@@ -171,14 +170,14 @@ def test_lws_without_ds_runs_its_workloads_and_leaves_disaggregated_sets_alone(
 
 
 def census(api: kube.Kube) -> kube.Object | None:
-    return api.get("v1", "configmaps", topology.CENSUS_CONFIGMAP, namespace=release.NAMESPACE)
+    return api.get("v1", "configmaps", effects.CENSUS_CONFIGMAP, namespace=release.NAMESPACE)
 
 
 OURS = topologies.Provenance.OURS
 #: What topology's default configuration makes: NVCF's Topology and its binding.
 DEFAULT_TOPOLOGY_OBJECTS = (
-    (topology.TOPOLOGY, configuration.DEFAULT_TOPOLOGY_NAME),
-    (topology.BINDING, f"{configuration.DEFAULT_TOPOLOGY_NAME}-binding"),
+    (topology_writer.TOPOLOGY, configuration.DEFAULT_TOPOLOGY_NAME),
+    (topology_writer.BINDING, f"{configuration.DEFAULT_TOPOLOGY_NAME}-binding"),
 )
 
 
@@ -201,12 +200,12 @@ def test_topology_alone_publishes_the_clique_census(restored: cluster.Testbed, k
     every clique."""
     api = kai.api()
     uninstall(kai, *all_but(kai, TOPOLOGY))
-    api.delete(kube.path_of("v1", "configmaps", namespace=release.NAMESPACE, name=topology.CENSUS_CONFIGMAP))
+    api.delete(kube.path_of("v1", "configmaps", namespace=release.NAMESPACE, name=effects.CENSUS_CONFIGMAP))
     controllers.start(kai, TOPOLOGY)
     assert set(release.installed_blocks(kai)) == {"topology"}
     published = testing.wait_for(lambda: census(api), what="the clique census", timeout=TIMEOUT)
     cliques = {n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for n in api.list_objects("v1", "nodes")}
-    counted = json.loads(published["data"][topology.CENSUS_KEY])["cliques"]
+    counted = json.loads(published["data"][census_writer.CENSUS_KEY])["cliques"]
     assert {c["clique"] for c in counted} == cliques
     assert {entry["manager"] for entry in published["metadata"]["managedFields"]} == {TOPOLOGY}
 

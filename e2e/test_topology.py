@@ -23,7 +23,7 @@ import yaml
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube, preflight
 from mnnvl_testbed import cluster, controllers, crds, processes, release, testing, thirdparty, versions
-from mnnvl_topology import executor, topologies
+from mnnvl_topology import effects, topologies
 
 from . import workloads
 
@@ -399,7 +399,7 @@ def restart_warnings(api: kube.Kube, served: str) -> list[str]:
     """The messages of the Warnings that `served` (an API's name) is served since start-up."""
     return [
         message
-        for _, reason, message in reasons_about(api, executor.CENSUS_CONFIGMAP, controllers.NAMESPACE)
+        for _, reason, message in reasons_about(api, effects.CENSUS_CONFIGMAP, controllers.NAMESPACE)
         if reason == events.WATCH_NEEDS_RESTART_REASON and message.startswith(f"{served} is served now")
     ]
 

@@ -921,7 +921,7 @@ GUARDS: tuple[Guard, ...] = (
     Guard(
         name="topology-delete-as-read",
         keeps="nothing foreign written: a delete fails if the object changed hands since the read",
-        path="packages/mnnvl-topology/src/mnnvl_topology/executor.py",
+        path="packages/mnnvl-topology/src/mnnvl_topology/topology_writer.py",
         find='return await self.client.adelete(path, uid=meta["uid"], resource_version=meta["resourceVersion"])',
         replace='return await self.client.adelete(path, uid=meta["uid"])',
         suite=(TOPOLOGY_MODEL,),

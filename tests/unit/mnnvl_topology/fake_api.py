@@ -15,7 +15,7 @@ from typing import Any, cast
 from mnnvl_api import keys, models
 from mnnvl_api.models import configuration
 from mnnvl_runtime import controller, identity, kube, leases, settings
-from mnnvl_topology import executor, state, topologies
+from mnnvl_topology import passes, state, topologies
 
 Object = dict[str, Any]
 LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
@@ -173,7 +173,7 @@ def executor_over(
     unwatched: frozenset[topologies.OptionalApi] = frozenset(),
     topologies: list[Object] | None = None,
     installation: str | None = None,
-) -> executor.Executor:
+) -> passes.Passes:
     """An executor over `api` for the topologies `names` (with `levels`), or the `topologies` entries as given."""
     document: Object = {"topologies": topologies or [{"name": name, "levels": levels} for name in names]}
     if installation is not None:
@@ -185,7 +185,7 @@ def executor_over(
         client=cast(kube.Kube, api),
         elector=cast(leases.LeaderElector, None),  # passes never ask for the Lease
     )
-    return executor.Executor(context, state.Stores(), unwatched=unwatched)
+    return passes.Passes(context, state.Stores(), unwatched=unwatched)
 
 
 def topologies_seen(api: FakeApi) -> state.Stores:

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mnnvl_api import keys
-from mnnvl_topology import executor, topologies
+from mnnvl_topology import passes, topologies, topology_writer
 
 from ..mnnvl_topology.fake_api import IDENTIFIED, FakeApi, entry, executor_over, stored, take_ownership, topologies_seen
 from .worlds import mostly
@@ -156,7 +156,7 @@ class Installation:
     identity: str
     entries: list[Object]
     api: Racing
-    running: executor.Executor
+    running: passes.Passes
 
     def configured(self, plural: str) -> set[str]:
         if plural == keys.KAI_TOPOLOGY_PLURAL:
@@ -166,9 +166,9 @@ class Installation:
     def sync(self) -> list[tuple[str, str, Object | None, Object | None]]:
         """One pass, as the Lease holder runs it; the writes it made."""
         self.api.writes.clear()
-        self.running.stores = topologies_seen(self.api)
-        with contextlib.suppress(executor.IncompletePassError):  # a write refused: the object changed hands
-            asyncio.run(self.running.sync_topologies())
+        self.running.topologies.stores = topologies_seen(self.api)
+        with contextlib.suppress(topology_writer.IncompletePassError):  # a write refused: the object changed hands
+            asyncio.run(self.running.topologies.sync())
         return list(self.api.writes)
 
 

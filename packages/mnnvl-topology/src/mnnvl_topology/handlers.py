@@ -19,7 +19,7 @@ import kopf
 from mnnvl_api import keys
 from mnnvl_runtime import controller, preflight, reconciling, watches
 
-from . import executor, state, telemetry, topologies
+from . import passes, state, telemetry, topologies
 
 STORES = state.Stores()
 
@@ -30,7 +30,7 @@ class Topologist:
     ) -> None:
         self.stores = stores_
         unwatched = frozenset(topologies.OPTIONAL_APIS) - served
-        self.executor = executor.Executor(context, stores_, unwatched=unwatched)
+        self.passes = passes.Passes(context, stores_, unwatched=unwatched)
         # Without the driver's CRD no pod holds a channel; its store would never fill, so it is left out.
         mirrors = stores_.mirrors(compute_domains=topologies.COMPUTE_DOMAINS in served)
         self.loop: reconciling.Reconciling[state.Key] = reconciling.Reconciling(
@@ -38,12 +38,7 @@ class Topologist:
         )
 
     async def work(self, key: state.Key) -> None:
-        if key == state.TOPOLOGIES:
-            await self.executor.sync_topologies()
-        elif key == state.CENSUS:
-            await self.executor.publish_census()
-        elif key[0] == state.FIT:
-            await self.executor.check_fit(key[1], key[2])
+        await self.passes.work(key)
         telemetry.PASSES.labels(work=key[0]).inc()
 
     def enqueue(self, found: list[state.Key]) -> None:
@@ -68,10 +63,10 @@ async def start(memo: Any, **_: Any) -> None:
         api for api in topologies.OPTIONAL_APIS if preflight.is_served(context.client, api.api_version, api.plural)
     )
     _topologist = Topologist(context, STORES, served=served)
-    publisher = _topologist.executor
-    context.elector.on_change.append(publisher.on_lease_change)
+    running = _topologist.passes
+    context.elector.on_change.append(running.on_lease_change)
     every = context.configuration.reconciliation.resync_seconds
-    memo["tasks"] = _topologist.loop.start(STORES.keys, every=every, then=publisher.on_resync)
+    memo["tasks"] = _topologist.loop.start(STORES.keys, every=every, then=running.on_resync)
 
 
 #: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.

@@ -11,7 +11,7 @@ import pytest
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
 from mnnvl_runtime import kube, metrics
-from mnnvl_topology import executor, topologies
+from mnnvl_topology import census_writer, effects, passes, topologies, topology_writer
 
 from ..mnnvl_runtime import fakes
 from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored, topologies_seen
@@ -42,8 +42,8 @@ def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written()
     api = FakeApi(refuse={"b-binding"})
     before = refused(keys.GROVE_BINDING_KIND)
 
-    with pytest.raises(executor.IncompletePassError, match="b"):
-        asyncio.run(fakes.within(executor_over(api, "a", "b", "c").sync_topologies()))
+    with pytest.raises(topology_writer.IncompletePassError, match="b"):
+        asyncio.run(fakes.within(executor_over(api, "a", "b", "c").topologies.sync()))
 
     assert sorted(api.objects) == [
         (keys.GROVE_BINDING_PLURAL, "a-binding"),
@@ -57,7 +57,7 @@ def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written()
     # The binding does not exist: the Warning is on the census ConfigMap, with the webhook's own words.
     assert (warning["involvedObject"]["kind"], warning["involvedObject"]["name"]) == (
         "ConfigMap",
-        executor.CENSUS_CONFIGMAP,
+        effects.CENSUS_CONFIGMAP,
     )
     assert 'admission webhook "grove" denied the request: b-binding is invalid' in warning["message"]
     assert refused(keys.GROVE_BINDING_KIND) == before + 1
@@ -73,8 +73,8 @@ def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_w
     running = executor_over(api, "a")
     running.stores.apply_topology(old["metadata"]["uid"], old)
 
-    with pytest.raises(executor.IncompletePassError, match="old"):
-        asyncio.run(fakes.within(running.sync_topologies()))
+    with pytest.raises(topology_writer.IncompletePassError, match="old"):
+        asyncio.run(fakes.within(running.topologies.sync()))
 
     assert (keys.KAI_TOPOLOGY_PLURAL, "a") in api.objects
     [warning] = [event for event in api.events if event["type"] == "Warning"]
@@ -88,7 +88,7 @@ def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_neve
     running.stores.apply_node("n", {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}})
 
     async def publish() -> int:
-        await running.publish_census()
+        await running.census.publish()
         return len(api.applied)
 
     assert asyncio.run(fakes.within(publish())) == 1
@@ -99,22 +99,22 @@ def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_neve
     assert asyncio.run(fakes.within(publish())) == 2
     running.on_resync()  # the periodic resync: a deleted ConfigMap comes back
     assert asyncio.run(fakes.within(publish())) == 3
-    assert api.applied[-1]["data"][executor.CENSUS_KEY] == running.stores.current_census().to_json()
+    assert api.applied[-1]["data"][census_writer.CENSUS_KEY] == running.stores.current_census().to_json()
 
 
 def test_a_vanished_clique_leaves_the_gauges_and_the_others_keep_their_values() -> None:
     running = executor_over(FakeApi(refuse=set()), "a")
     for uid, clique in (("n1", "x"), ("n2", "y")):
         running.stores.apply_node(uid, {"metadata": {"name": uid, "labels": {keys.GPU_CLIQUE_LABEL: clique}}})
-    asyncio.run(fakes.within(running.publish_census()))
+    asyncio.run(fakes.within(running.census.publish()))
     running.stores.apply_node("n2", None)
-    asyncio.run(fakes.within(running.publish_census()))
+    asyncio.run(fakes.within(running.census.publish()))
 
     def nodes(clique: str) -> float | None:
         return metrics.REGISTRY.get_sample_value("mnnvl_clique_nodes", {"clique": clique})
 
     assert (nodes("x"), nodes("y")) == (1.0, None)
-    assert running.published_cliques == {"x"}
+    assert running.census.published_cliques == {"x"}
 
 
 def grove_pod(name: str, node: str | None) -> Object:
@@ -143,7 +143,7 @@ def owned_by(kind: str, name: str, uid: str, api_version: str = keys.GROVE_API_V
     }
 
 
-def over_two_cliques_of_four(api: FakeApi) -> executor.Executor:
+def over_two_cliques_of_four(api: FakeApi) -> passes.Passes:
     """An executor whose nodes are cliques a (a1…a4) and b (b1…b4), four GPUs each."""
     running = executor_over(api, "a")
     for clique in "ab":
@@ -156,7 +156,7 @@ def over_two_cliques_of_four(api: FakeApi) -> executor.Executor:
     return running
 
 
-def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, executor.Executor]:
+def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, passes.Passes]:
     """Grove's gang of 5 workers for two cliques of 4 free nodes: w-0 runs in clique a, w-1…w-4 are pending."""
     api = FakeApi(refuse=set())
     api.objects[(keys.GROVE_PODGANG_PLURAL, "pcs-0")] = {
@@ -201,8 +201,8 @@ def stranded_gang(*, made_by_dynamo: bool) -> tuple[FakeApi, executor.Executor]:
 def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_it(made_by_dynamo: bool) -> None:
     api, running = stranded_gang(made_by_dynamo=made_by_dynamo)
 
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
-    asyncio.run(fakes.within(running.check_fit("ns", "w-2")))  # same group, same message: no second Warning
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-2")))  # same group, same message: no second Warning
 
     [warning] = api.events
     involved = warning["involvedObject"]
@@ -214,16 +214,16 @@ def test_a_grove_gang_that_cannot_fit_is_warned_about_on_the_workload_that_made_
 
 def test_a_workload_stuck_again_after_its_pods_left_is_warned_about_again() -> None:
     api, running = stranded_gang(made_by_dynamo=False)
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     running.on_resync()  # its pods are still unschedulable: the Warning stands, nothing is posted again
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     assert len(api.events) == 1
     for index in range(1, 5):  # the pending pods go (scaled down, deleted)
         running.stores.apply_pod(str(index), None)
     running.on_resync()
     for index in range(1, 5):  # and come back, stuck the same way
         running.stores.apply_pod(str(index), grove_pod(f"w-{index}", None))
-    asyncio.run(fakes.within(running.check_fit("ns", "w-3")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-3")))
     assert [event["message"] for event in api.events][1:] == [api.events[0]["message"].replace("w-1", "w-3")]
 
 
@@ -231,7 +231,7 @@ def test_a_grove_pod_without_its_gang_is_not_judged() -> None:
     api = FakeApi(refuse=set())
     running = executor_over(api, "a")
     running.stores.apply_pod("1", grove_pod("w-1", None))
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     assert api.events == []
 
 
@@ -244,7 +244,7 @@ def lws_pod(name: str, replica: int, node: str | None, **status: Any) -> Object:
     return body
 
 
-def lws_in_two_cliques() -> tuple[FakeApi, executor.Executor]:
+def lws_in_two_cliques() -> tuple[FakeApi, passes.Passes]:
     """An opted-in LWS of size 4: replica 0 runs two pods in clique a (two nodes free there, so it fits; its third pod
     waits for something else), replica 1 has nothing placed and clique b has only 3 free nodes."""
     api = FakeApi(refuse=set())
@@ -267,8 +267,8 @@ def lws_in_two_cliques() -> tuple[FakeApi, executor.Executor]:
 def test_each_group_of_a_workload_is_judged_on_its_own_and_posted_once() -> None:
     api, running = lws_in_two_cliques()
     for _ in range(3):  # three resyncs, each checking both replicas
-        asyncio.run(fakes.within(running.check_fit("ns", "w-0-2")))
-        asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+        asyncio.run(fakes.within(running.fit.check("ns", "w-0-2")))
+        asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
         running.on_resync()
     [warning] = api.events
     assert warning["message"].startswith("needs 4 nodes in one clique; largest free clique has 3: clique b; pod w-1 ")
@@ -279,7 +279,7 @@ def test_a_pod_kai_holds_back_for_a_missing_topology_is_no_question_of_room() ->
     missing = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                "message": "Requested topology nvcf-mnnvl-topology-binding does not exist"}  # fmt: skip
     running.stores.apply_pod("r1-0", lws_pod("w-1", 1, None, conditions=[missing]))
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     assert api.events == []
 
 
@@ -287,9 +287,9 @@ def test_on_gaining_the_lease_a_standing_verdict_is_posted_again() -> None:
     """Another replica may have posted newer news while it held the Lease: what this one posted before is no
     reason to stay silent."""
     api, running = lws_in_two_cliques()
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     running.on_lease_change(True)
-    asyncio.run(fakes.within(running.check_fit("ns", "w-1")))
+    asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     assert len(api.events) == 2
 
 
@@ -302,7 +302,7 @@ def test_aliases_the_served_schema_cannot_hold_are_reported_once_per_topology_un
     running = executor_over(api, "a", "b", levels=aliased)
 
     def sync() -> None:
-        asyncio.run(fakes.within(running.sync_topologies()))
+        asyncio.run(fakes.within(running.topologies.sync()))
 
     sync()
     sync()  # said once per topology, however many passes
@@ -327,10 +327,10 @@ def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap()
     running = executor_over(api, "a", unwatched=frozenset(topologies.OPTIONAL_APIS))
 
     def restarts() -> list[str]:
-        asyncio.run(fakes.within(running.sync_topologies()))
+        asyncio.run(fakes.within(running.topologies.sync()))
         found = warnings(api, reasons.WATCH_NEEDS_RESTART_REASON)
         assert {(event["involvedObject"]["kind"], event["involvedObject"]["name"]) for event in found} <= {
-            ("ConfigMap", executor.CENSUS_CONFIGMAP)
+            ("ConfigMap", effects.CENSUS_CONFIGMAP)
         }
         return [event["message"].split(" ", 1)[0] for event in found]
 
@@ -346,7 +346,7 @@ def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap()
 
 def test_an_api_served_at_start_up_is_watched_and_never_reported() -> None:
     api = FakeApi(refuse=set(), served=topologies.OPTIONAL_APIS)
-    asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
+    asyncio.run(fakes.within(executor_over(api, "a").topologies.sync()))
     assert warnings(api, reasons.WATCH_NEEDS_RESTART_REASON) == []
 
 
@@ -359,10 +359,10 @@ def copied(name: str, *, installation: str = INSTALLATION, manager: str = "kubec
     return stored(topologies.desired_topology(entry(name), aliases=False, installation=installation), manager=manager)
 
 
-def passes(running: executor.Executor, api: FakeApi, count: int = 2) -> None:
+def run_passes(running: passes.Passes, api: FakeApi, count: int = 2) -> None:
     for _ in range(count):
-        running.stores = topologies_seen(api)
-        asyncio.run(fakes.within(running.sync_topologies()))
+        running.topologies.stores = topologies_seen(api)
+        asyncio.run(fakes.within(running.topologies.sync()))
 
 
 @pytest.mark.parametrize(
@@ -385,7 +385,7 @@ def test_an_object_labelled_ours_that_this_installation_did_not_make_is_never_wr
         **copy.deepcopy(body["metadata"]), "name": "gone", "uid": "uid-gone"}}  # fmt: skip
     running = executor_over(api, "a", levels=[{"nodeLabel": "example.com/rack"}, *LEVELS])
 
-    passes(running, api)
+    run_passes(running, api)
 
     assert api.writes == []
     [warning] = warnings(api, reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON)
@@ -398,11 +398,11 @@ def test_an_object_changing_hands_is_news_and_reported_again() -> None:
     api = FakeApi(refuse=set())
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = copied("a")
     running = executor_over(api, "a")
-    passes(running, api)
+    run_passes(running, api)
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")]["metadata"]["ownerReferences"] = [
         {"kind": keys.GROVE_BINDING_KIND, "name": "a", "controller": True}
     ]
-    passes(running, api)
+    run_passes(running, api)
     messages = [event["message"] for event in warnings(api, reasons.UNEXPECTED_TOPOLOGY_OWNER_REASON)]
     assert len(messages) == 2
     assert "owned by ClusterTopologyBinding a" in messages[1]
@@ -427,7 +427,7 @@ def test_an_earlier_versions_objects_are_adopted_where_configured_and_never_dele
     uids = {key: body["metadata"]["uid"] for key, body in api.objects.items()}
     running = executor_over(api, "a")
 
-    passes(running, api)
+    run_passes(running, api)
 
     assert [(verb, plural, before and before["metadata"]["name"]) for verb, plural, before, _ in api.writes] == [
         ("apply", keys.KAI_TOPOLOGY_PLURAL, "a"),
@@ -454,8 +454,8 @@ class ReplacedBeforeTheWrite(FakeApi):
 
 def test_an_object_that_appeared_since_it_was_read_is_no_refusal_and_the_pass_is_retried() -> None:
     api = ReplacedBeforeTheWrite(refuse=set())
-    with pytest.raises(executor.IncompletePassError):
-        asyncio.run(fakes.within(executor_over(api, "a").sync_topologies()))
+    with pytest.raises(topology_writer.IncompletePassError):
+        asyncio.run(fakes.within(executor_over(api, "a").topologies.sync()))
     assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []
 
 
@@ -477,8 +477,8 @@ def test_an_object_taken_over_between_the_read_and_the_delete_is_left() -> None:
     old = copied("old", manager=keys.TOPOLOGY_CONTROLLER)
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
     running = executor_over(api, "a")
-    running.stores = topologies_seen(api)
-    with pytest.raises(executor.IncompletePassError, match="old"):
-        asyncio.run(fakes.within(running.sync_topologies()))
+    running.topologies.stores = topologies_seen(api)
+    with pytest.raises(topology_writer.IncompletePassError, match="old"):
+        asyncio.run(fakes.within(running.topologies.sync()))
     assert (keys.KAI_TOPOLOGY_PLURAL, "old") in api.objects
     assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []

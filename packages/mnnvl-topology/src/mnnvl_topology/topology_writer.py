@@ -1,5 +1,5 @@
-"""The effects of mnnvl-topology's decisions: writes under its field manager, events, metrics. Only the Lease
-holder runs these (they are queue passes)."""
+"""The writing half of `topologies`: KAI Topologies and Grove bindings applied, adopted, recreated and removed
+under mnnvl-topology's field manager, with their Events and metrics; foreign objects warned about once."""
 
 from __future__ import annotations
 
@@ -9,94 +9,42 @@ from typing import Final
 
 from mnnvl_api import events as reasons
 from mnnvl_api import keys
-from mnnvl_api.decisions import ownership
 from mnnvl_api.models import configuration
-from mnnvl_runtime import controller, kube, posting, preflight
+from mnnvl_runtime import kube, posting, preflight
 
-from . import census, fit, state, telemetry, topologies
+from . import effects, telemetry, topologies
 
 log = logging.getLogger(__name__)
 #: How many things already said (foreign objects, KAI-only or alias reports) a process remembers; the oldest is said
 #: again if it comes up again.
 SAID_REMEMBERED = 4096
 CRD_API: Final = "apiextensions.k8s.io/v1"
-CENSUS_CONFIGMAP: Final = "mnnvl-clique-census"
-CENSUS_KEY: Final = "census.json"
-#: Owners followed from a pod to the workload that carries KAI's annotations (its top owner).
-OWNER_PLURALS: Final = {
-    ("apps/v1", "StatefulSet"): "statefulsets",
-    ("apps/v1", "ReplicaSet"): "replicasets",
-    ("apps/v1", "Deployment"): "deployments",
-    ("batch/v1", "Job"): "jobs",
-    (keys.LWS_API_VERSION, "LeaderWorkerSet"): keys.LWS_PLURAL,
-}
 TOPOLOGY: Final = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
 BINDING: Final = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
-PODCLIQUESET: Final = (keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_PLURAL)
-DYNAMO_DEPLOYMENT: Final = (keys.DYNAMO_API_VERSION, keys.DYNAMO_DEPLOYMENT_PLURAL)
-
-
-#: (namespace, *census.group_key, the group's members when it is part of what its key holds)
-FitKey = tuple[object, ...]
-
-
-@dataclasses.dataclass
-class PostedVerdict:
-    news: tuple[object, ...]
-    pods: set[tuple[str, str]]
 
 
 class IncompletePassError(RuntimeError):
     """Some topology objects could not be written (each reported); the others were, and the pass is retried."""
 
 
+def _said() -> posting.Once:
+    return posting.Once(SAID_REMEMBERED)
+
+
 @dataclasses.dataclass
-class Executor:
-    context: controller.Context
-    stores: state.Stores
+class TopologyWriter(effects.Effects):
     #: (kind, name, uid, owner) of foreign objects already warned about: one Warning per object incarnation and
     #: owner (an object that changes hands is news).
-    warned_foreign: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
+    warned_foreign: posting.Once = dataclasses.field(default_factory=_said)
     #: Topologies already reported as KAI-only while Grove is not served.
-    reported_kai_only: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
+    reported_kai_only: posting.Once = dataclasses.field(default_factory=_said)
     #: Topologies already reported as written without their aliases while the served schema has none.
-    reported_aliases_ignored: posting.Once = dataclasses.field(default_factory=lambda: posting.Once(SAID_REMEMBERED))
+    reported_aliases_ignored: posting.Once = dataclasses.field(default_factory=_said)
     #: Optional APIs not served at start-up, hence never watched by this process; and those reported since.
     unwatched: frozenset[topologies.OptionalApi] = frozenset()
-    reported_served_late: set[topologies.OptionalApi] = dataclasses.field(default_factory=set)
-    #: Group → the cannot-fit verdict last posted and the pods it was about, so each change is posted once while
-    #: the group has unschedulable pods (forgotten once it has none: a later episode is posted again). A workload
-    #: may hold several groups (an LWS's replicas, a set's slices, a PodCliqueSet's gangs), each judged on its own.
-    fit_warnings: dict[FitKey, PostedVerdict] = dataclasses.field(default_factory=dict)
-    #: Objects the fit checks read (owners, gangs), kept until the next resync: many pending pods of one workload
-    #: cost one read per resync, not one each.
-    reads: dict[tuple[str, str, str, str], kube.Object | None] = dataclasses.field(default_factory=dict)
-    census_written: str | None = None
-    #: Cliques the gauges have a value for.
-    published_cliques: set[str] = dataclasses.field(default_factory=set)
+    reported_served_late: posting.Once = dataclasses.field(default_factory=_said)
 
-    @property
-    def client(self) -> kube.Kube:
-        return self.context.client
-
-    @property
-    def configured(self) -> list[configuration.TopologySettings]:
-        return self.context.configuration.topologies
-
-    @property
-    def installation(self) -> str:
-        return self.context.configuration.installation_of(self.context.process.namespace)
-
-    async def event(self, involved: kube.Object, reason: str, message: str, *, warning: bool = False) -> None:
-        component = self.context.identity.reporting_component
-        await posting.post(
-            self.client,
-            posting.event_for(involved, reason=reason, message=message, warning=warning, component=component),
-        )
-
-    # --- topologies and bindings ---------------------------------------------------------------------------
-
-    async def sync_topologies(self) -> None:
+    async def sync(self) -> None:
         """Every configured entry and every removal on its own: one the API server refuses (Grove's webhook
         rejecting a binding, say) is reported and the others are still done; the pass then fails so the queue
         retries it with back-off."""
@@ -180,13 +128,14 @@ class Executor:
         """Say once per process, for each optional API served since start-up, that its watch needs a restart.
         The Warning is about this controller, so it goes on the census ConfigMap in its namespace (an Event needs
         an object to be about; that one need not exist), as a refusal of a missing object does."""
+        reported = [api for api in self.unwatched if api in self.reported_served_late]
         served = [
             api
-            for api in self.unwatched - self.reported_served_late
-            if (grove if api is topologies.GROVE_BINDINGS else await self.served(api))
+            for api in self.unwatched
+            if api not in reported and (grove if api is topologies.GROVE_BINDINGS else await self.served(api))
         ]
-        for api in topologies.served_since_start_up(self.unwatched, served, self.reported_served_late):
-            self.reported_served_late.add(api)
+        for api in topologies.served_since_start_up(self.unwatched, served, reported):
+            self.reported_served_late.first(api)
             log.warning("api served after start-up, not watched until a restart", extra={"api": api.name})
             message = topologies.restart_message(api, namespace=self.context.process.namespace)
             await self.event(self.census_reference(), reasons.WATCH_NEEDS_RESTART_REASON, message, warning=True)
@@ -329,166 +278,3 @@ class Executor:
             await self.report_refusal(kind, name, found, error)
             return False
         return True
-
-    # --- the census -------------------------------------------------------------------------------------------
-
-    async def publish_census(self) -> None:
-        found = self.stores.current_census()
-        # New values first, then only the vanished cliques removed: a scrape never sees a clique missing.
-        for count in found.cliques:
-            telemetry.CLIQUE_NODES.labels(clique=count.clique).set(count.nodes)
-            telemetry.CLIQUE_GPUS.labels(clique=count.clique).set(count.gpus)
-            telemetry.CLIQUE_CHANNEL_NODES.labels(clique=count.clique).set(count.channel_nodes)
-            telemetry.CLIQUE_FREE_NODES.labels(clique=count.clique).set(count.free_nodes)
-        cliques = {count.clique for count in found.cliques}
-        for clique in topologies.obsolete(self.published_cliques, cliques):
-            for gauge in telemetry.CLIQUE_GAUGES:
-                gauge.remove(clique)
-        self.published_cliques = cliques
-        telemetry.UNLABELLED_GPU_NODES.set(len(found.unlabelled_gpu_nodes))
-        document = found.to_json()
-        if document == self.census_written:
-            return
-        configmap = self.census_reference()
-        configmap["metadata"]["labels"] = {keys.MANAGED_BY_LABEL: keys.TOPOLOGY_CONTROLLER}
-        configmap["data"] = {CENSUS_KEY: document}
-        await self.client.aapply(configmap, "configmaps")
-        self.census_written = document
-
-    def forget_census(self) -> None:
-        """The ConfigMap may have been deleted or edited since we wrote it, so the next census pass applies it
-        again (an apply that changes nothing is cheap)."""
-        self.census_written = None
-
-    def on_resync(self) -> None:
-        """Called after every periodic resync: the census is applied again, and the Warnings of workloads none of
-        whose pods is unschedulable any more are forgotten, so the next time one cannot fit is posted again."""
-        self.forget_census()
-        self.reads.clear()
-        for group, posted in list(self.fit_warnings.items()):
-            if not any(self.stores.unschedulable_pod(*pod) is not None for pod in posted.pods):
-                del self.fit_warnings[group]
-
-    def on_lease_change(self, leading: bool) -> None:
-        if leading:  # another replica wrote the census and may have posted Warnings while it held the Lease
-            self.forget_census()
-            self.fit_warnings.clear()
-
-    def census_reference(self) -> kube.Object:
-        return {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": CENSUS_CONFIGMAP, "namespace": self.context.process.namespace},
-        }
-
-    # --- groups that cannot fit ------------------------------------------------------------------------------------
-
-    async def check_fit(self, namespace: str, pod: str) -> None:
-        facts = self.stores.unschedulable_pod(namespace, pod)
-        if facts is None or facts.topology_missing:
-            return
-        group = await self.group_of(facts)
-        key: FitKey = (namespace, *census.group_key(facts))
-        if group is None:  # it no longer asks for one clique: asking again is news
-            for found in [found for found in self.fit_warnings if found[: len(key)] == key]:
-                del self.fit_warnings[found]
-            return
-        key = (*key, group.members)
-        placed = self.stores.placed_cliques(facts, group.members)
-        verdict = fit.cannot_fit(group.needed, self.stores.current_census(), placed)
-        if verdict is None:
-            self.fit_warnings.pop(key, None)
-            return
-        posted = self.fit_warnings.setdefault(key, PostedVerdict(news=(), pods=set()))
-        posted.pods.add((namespace, pod))
-        if posted.news == verdict.news:
-            return
-        posted.news = verdict.news
-        workload = group.workload
-        telemetry.CANNOT_FIT.inc()
-        log.warning(
-            "group cannot fit in one clique",
-            extra={"kind": workload["kind"], "namespace": namespace, "workload": workload["metadata"]["name"]},
-        )
-        await self.event(
-            dict(workload),
-            reasons.CLIQUE_TOO_SMALL_REASON,
-            f"{verdict.message}; pod {pod} is unschedulable: free nodes in one clique, or make the group smaller",
-            warning=True,
-        )
-
-    async def read(self, api_version: str, plural: str, name: str, namespace: str) -> kube.Object | None:
-        """An object a fit check needs, read once per resync (see `reads`)."""
-        key = (api_version, plural, namespace, name)
-        if key not in self.reads:
-            self.reads[key] = await self.client.aget(api_version, plural, name, namespace=namespace)
-        return self.reads[key]
-
-    async def group_of(self, facts: census.PodUsage) -> fit.Group | None:
-        """The group an unschedulable pod belongs to, if it asked for one clique (a slice, an opted-in LWS, a Grove
-        gang constrained at the clique level, or a KAI required placement at the clique level)."""
-        if facts.slice is not None:
-            ds = await self.read(keys.DS_API_VERSION, keys.DS_PLURAL, facts.slice[0], facts.namespace)
-            size = self.stores.slice_size(facts.namespace, *facts.slice)
-            return None if ds is None or size == 0 else fit.Group(workload=ds, needed=size)
-        levels = fit.clique_levels(self.configured)
-        if facts.gang is not None:
-            return await self.gang_of(facts, levels)
-        if facts.lws is not None:
-            top = await self.read(keys.LWS_API_VERSION, keys.LWS_PLURAL, facts.lws, facts.namespace)
-        else:
-            top = await self.top_owner(facts)
-        if top is None:
-            return None
-        needed = fit.opted_in_group_size(top, clique_levels=levels)
-        return None if needed is None else fit.Group(workload=top, needed=needed)
-
-    async def gang_of(self, facts: census.PodUsage, levels: frozenset[str]) -> fit.Group | None:
-        """A Grove pod's group, from the PodGang Grove hands KAI; its Warning goes on the PodCliqueSet that made
-        the gang or, when Dynamo made that set, on its DynamoGraphDeployment (KAI's top owner, whose annotations it
-        reads when the gang has no constraint of its own)."""
-        assert facts.gang is not None
-        gang = await self.read(keys.GROVE_SCHEDULER_API_VERSION, keys.GROVE_PODGANG_PLURAL, facts.gang, facts.namespace)
-        if gang is None:
-            return None
-        workload: kube.Object = gang
-        set_name = _made_by(gang, keys.GROVE_API_VERSION, keys.GROVE_PODCLIQUESET_KIND)
-        podcliqueset = None if set_name is None else await self.read(*PODCLIQUESET, set_name, facts.namespace)
-        if podcliqueset is not None:
-            made_by = _made_by(podcliqueset, keys.DYNAMO_API_VERSION, keys.DYNAMO_DEPLOYMENT_KIND)
-            deployment = None if made_by is None else await self.read(*DYNAMO_DEPLOYMENT, made_by, facts.namespace)
-            workload = deployment or podcliqueset
-        placement = _annotation(gang, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) or _annotation(
-            workload, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION
-        )
-        group = fit.gang_group(gang, facts.name, clique_levels=levels, owner_placement=placement)
-        return None if group is None else dataclasses.replace(group, workload=workload)
-
-    async def top_owner(self, facts: census.PodUsage) -> kube.Object | None:
-        """The end of the pod's chain of controlling owners, whose annotations KAI reads; None when the chain leaves
-        the kinds known here (a CronJob's or a JobSet's Job, an Argo Rollout's ReplicaSet: KAI reads their top
-        owner, which is not looked up) or an owner is gone."""
-        top: kube.Object | None = None
-        owner = facts.owner
-        for _ in range(len(OWNER_PLURALS)):
-            if owner is None:
-                return top
-            plural = OWNER_PLURALS.get((owner[0], owner[1]))
-            if plural is None:
-                return None
-            top = await self.read(owner[0], plural, owner[2], facts.namespace)
-            if top is None:
-                return None
-            owner = ownership.controller_owner(top["metadata"])
-        return None
-
-
-def _made_by(body: kube.Object, api_version: str, kind: str) -> str | None:
-    """The name of `body`'s controlling owner when it is of that kind."""
-    owner = ownership.controller_owner(body["metadata"])
-    return owner[2] if owner is not None and owner[:2] == (api_version, kind) else None
-
-
-def _annotation(body: kube.Object, key: str) -> str | None:
-    found = (body["metadata"].get("annotations") or {}).get(key)
-    return None if found is None else str(found)
