@@ -71,8 +71,8 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, models, names
-from mnnvl_api.decisions import injection, references
-from mnnvl_runtime import domain_writer, kube, stores
+from mnnvl_api.decisions import injection, opt_in, plans, references
+from mnnvl_runtime import domain_writer, kube, scopes, stores
 from mnnvl_runtime.stores import Mirror, NamespacedName
 
 from ..mnnvl_runtime import memory_api
@@ -93,6 +93,8 @@ SETTLING_PASSES = 3
 #: a scope's rewrites of its workloads (deleted, created again, opt-in toggled, templates edited, rolled out). The
 #: holes found so far each take at most three of a kind; more only keep a run from getting deep.
 DISRUPTIONS = {"lease": 4, "workload": 4}
+#: The workload webhooks' environment: the gate on and ComputeDomains served.
+GATE_ON = opt_in.Environment(gate_enabled=True, api_served=True)
 GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
 #: What a pass may raise that the work queue retries: API errors, a write refused after a hand-over, a cancel.
 RETRIED = (kube.ApiError, domain_writer.NotLeadingError, asyncio.CancelledError)
@@ -185,8 +187,10 @@ class WatchStores(Mirrored, Protocol):
 
 
 StoresT = TypeVar("StoresT", bound=Mirrored)
-ScopeStoresT = TypeVar("ScopeStoresT", bound=WatchStores)
+WatchStoresT = TypeVar("WatchStoresT", bound=WatchStores)
 ExecutorT = TypeVar("ExecutorT")
+#: The stores of a scope controller (replica, slice).
+ScopeStoresT = TypeVar("ScopeStoresT", bound=stores.ScopeStores[Any, Any])
 #: Makes a process's executor from its writer, its client, its Lease check and its stores.
 NewExecutor = Callable[[domain_writer.DomainWriter, MemoryClient, Callable[[], bool], StoresT], ExecutorT]
 
@@ -577,16 +581,15 @@ class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
     foreign: Object
 
     def __init__(
-        self,
-        *,
-        component: str,
-        scope: str,
-        new_stores: Callable[[], ScopeStoresT],
-        new_executor: NewExecutor[ScopeStoresT, ExecutorT],
-        plan: Callable[[ScopeStoresT, stores.NamespacedName], Any],
+        self, *, descriptor: scopes.Scope[Any, ScopeStoresT], new_executor: NewExecutor[ScopeStoresT, ExecutorT]
     ) -> None:
-        super().__init__(component=component, scope=scope, new_stores=new_stores, new_executor=new_executor)
-        self.plan_for = plan
+        super().__init__(
+            component=descriptor.name,
+            scope=descriptor.scope,
+            new_stores=type(descriptor.stores),
+            new_executor=new_executor,
+        )
+        self.descriptor = descriptor
         #: Admissions begun and not ended yet: (deadline, the admitted pod).
         self.pending: list[tuple[float, Object]] = []
         #: Webhook answers to a workload that did not opt in which refused or changed it.
@@ -596,9 +599,14 @@ class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
         return replica.stores.workload_keys()
 
     def work(self, replica: Replica[ScopeStoresT, ExecutorT], key: NamespacedName) -> Coroutine[Any, Any, Any]:
-        snapshot, plan = self.plan_for(replica.stores, key)
+        snapshot, plan = self.plan_of(replica.stores, key)
         applied: Coroutine[Any, Any, Any] = replica.executor.apply(snapshot, plan)  # type: ignore[attr-defined]
         return applied
+
+    def plan_of(self, stores: ScopeStoresT, key: NamespacedName) -> tuple[Any, plans.Plan]:
+        """The workload's snapshot in `stores`, and the scope's plan for it."""
+        snapshot = stores.snapshot(*key, gate_enabled=True)
+        return snapshot, self.descriptor.plan(snapshot)
 
     def progress(self) -> float:
         """Domain writes landed, late ones above all, and deletions."""
@@ -668,27 +676,29 @@ class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
         if refused or patch:
             self.plain_refusals.append(f"{what}: {'refused' if refused else patch}")
 
-    def through_webhooks(
-        self,
-        plural: str,
-        kind: str,
-        body: Object,
-        *,
-        mutate: Callable[[Object], list[Any]],
-        validate: Callable[[Object, Object | None], list[Any]],
-        plain: str,
-    ) -> tuple[Object | None, Object | None]:
-        """A create or update of a workload as the API server takes it: the mutating webhook's patch, then the
-        validating webhook's errors. Returns the object to store (None: refused) and the stored one it replaces
-        (None: a create); the answers about the workload named `plain` are noted (`note_plain_answer`)."""
+    def write_workload(self, body: Object, *, plain: str) -> tuple[Object | None, bool]:
+        """A create or update of a workload as the API server takes it: the scope's mutating webhook
+        (`WorkloadRules.stamp`), its validating webhook (`errors`), then stored as kubectl would (an update replaces
+        its annotations and spec). Returns the stored object (None: refused) and whether it was created; the
+        answers about the workload named `plain` are noted (`note_plain_answer`)."""
+        rules = self.descriptor.workload_rules
         name = body["metadata"]["name"]
-        old = self.api.get(plural, NS, name)
-        patch = mutate(body)
+        old = self.api.get(rules.plural, NS, name)
+        patch = rules.stamp(body, GATE_ON)
         mutated = jsonpatch.apply_patch(body, patch)
-        refused = bool(validate(mutated, old))
+        refused = bool(rules.errors(mutated, old, GATE_ON))
         if name == plain:
-            self.note_plain_answer(f"{kind} {name}", refused=refused, patch=patch)
-        return (None if refused else mutated), old
+            self.note_plain_answer(f"{self.descriptor.workload_kind} {name}", refused=refused, patch=patch)
+        if refused:
+            return None, False
+        if old is None:
+            return self.api.put(rules.plural, mutated, manager="kubectl"), True
+
+        def change(current: Object) -> None:
+            current["metadata"]["annotations"] = mutated["metadata"]["annotations"]
+            current["spec"] = mutated["spec"]
+
+        return self.api.update(rules.plural, NS, name, change), False
 
     # --- what must hold after every step, whatever the scope ---------------------------------------------
 

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import opt_in, references
-from mnnvl_lws import planner, pod_admission, rules, scope, state
+from mnnvl_api.decisions import references
+from mnnvl_lws import planner, pod_admission, scope, state
 from mnnvl_runtime import scopes
 
 from ..mnnvl_runtime.memory_api import Object
@@ -56,7 +56,6 @@ LWS = "dsr1"
 PLAIN = "plain"
 GROUPS = (0, 1)
 CPU = {"name": "proxy", "image": "proxy"}
-ENV = opt_in.Environment(gate_enabled=True, api_served=True)
 LATENCIES = (1.0, ADMISSION_BOUND)
 
 
@@ -79,11 +78,6 @@ def controller(meta: Object) -> dict[str, Any] | None:
     return next(iter(meta.get("ownerReferences") or ()), None)
 
 
-def plan_of(stores: state.Stores, key: tuple[str, str]) -> tuple[planner.Snapshot, Any]:
-    snapshot = stores.snapshot(*key, gate_enabled=True)
-    return snapshot, planner.plan(snapshot)
-
-
 def template_hash(template: Object) -> str:
     """A template revision's hash, as upstream labels its pods and ControllerRevisions with it."""
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
@@ -92,11 +86,8 @@ def template_hash(template: Object) -> str:
 class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapshot]]):
     def __init__(self) -> None:
         super().__init__(
-            component=keys.LWS_CONTROLLER,
-            scope=keys.SCOPE_REPLICA,
-            new_stores=state.Stores,
+            descriptor=scope.SCOPE,
             new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(scope.SCOPE, writer, None),
-            plan=plan_of,
         )
         self.tokens = (
             "".join(t)
@@ -121,33 +112,15 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
     # --- LeaderWorkerSets, through the real LeaderWorkerSet webhooks ---------------------------------------
 
     def write_lws(self, body: Object) -> Object | None:
-        """Create or update a LeaderWorkerSet as the API server does: mutating webhook, validating webhook, then
-        stored. Returns the stored object, or None when refused."""
-        name = body["metadata"]["name"]
-        mutated, old = self.through_webhooks(
-            keys.LWS_PLURAL,
-            "LeaderWorkerSet",
-            body,
-            mutate=lambda found: rules.template_patch(found, ENV),
-            validate=lambda found, before: rules.lws_errors(found, before, ENV),
-            plain=PLAIN,
-        )
-        if mutated is None:
+        """Create or update a LeaderWorkerSet as the API server does (`write_workload`), and record its template
+        revision as upstream does. Returns the stored object, or None when refused."""
+        stored, created = self.write_workload(body, plain=PLAIN)
+        if stored is None:
             return None
-        if old is None:
-            stored = self.api.put(keys.LWS_PLURAL, mutated, manager="kubectl")
-            if name == LWS:
-                self.group_templates = {g: copy.deepcopy(mutated["spec"]["leaderWorkerTemplate"]) for g in GROUPS}
-            self._record_revision(stored)
-            return stored
-
-        def change(current: Object) -> None:
-            current["metadata"]["annotations"] = mutated["metadata"]["annotations"]
-            current["spec"] = mutated["spec"]
-
-        updated = self.api.update(keys.LWS_PLURAL, NS, name, change)
-        self._record_revision(updated)
-        return updated
+        if created and stored["metadata"]["name"] == LWS:
+            self.group_templates = {g: copy.deepcopy(stored["spec"]["leaderWorkerTemplate"]) for g in GROUPS}
+        self._record_revision(stored)
+        return stored
 
     def _record_revision(self, lws: Object) -> None:
         """What upstream's controller does on a new template: a ControllerRevision controlled by the
@@ -604,7 +577,7 @@ def test_a_deposed_leaders_condemn_landing_after_the_hand_over_changes_nothing_u
     machine.pod_ends_named(f"{LWS}-0", fails=True)
     machine.catch_up("a")
     replica = machine.replicas["a"]
-    snapshot, plan = plan_of(replica.stores, (NS, LWS))
+    snapshot, plan = machine.plan_of(replica.stores, (NS, LWS))
     replica.passing = machine.loop.create_task(replica.executor.apply(snapshot, plan))
     machine.settle()
     assert [r.what for r in machine.api.in_flight] == [f"patch computedomains/{domain}"]

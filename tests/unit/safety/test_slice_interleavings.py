@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
-from mnnvl_api.decisions import opt_in, references
+from mnnvl_api.decisions import references
 from mnnvl_ds import planner, rules, scope, slice_admission, state
 from mnnvl_ds.retries import UpstreamRetries
 from mnnvl_runtime import scopes
@@ -53,7 +53,6 @@ PLAIN = "plain"
 SLICES = (0, 1)
 ROLES = ("prefill", "decode")
 CPU = {"name": "router", "image": "router"}
-ENV = opt_in.Environment(gate_enabled=True, api_served=True)
 LATENCIES = (1.0, ADMISSION_BOUND)
 #: Upstream's revision hash of the roles' templates, as (template edits, stamped) name it.
 REVISIONS = {(0, True): "aaaaaaaa", (1, True): "bbbbbbbb", (0, False): "cccccccc", (1, False): "dddddddd"}
@@ -84,21 +83,13 @@ def child_name(ds: str, position: tuple[int, str], role: str) -> str:
     return f"{ds}-{position[0]}-{position[1]}-{role}"
 
 
-def plan_of(stores: state.Stores, key: tuple[str, str]) -> tuple[planner.Snapshot, Any]:
-    snapshot = stores.snapshot(*key, gate_enabled=True)
-    return snapshot, planner.plan(snapshot)
-
-
 class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapshot]]):
     def __init__(self) -> None:
         super().__init__(
-            component=keys.DS_CONTROLLER,
-            scope=keys.SCOPE_SLICE,
-            new_stores=state.Stores,
+            descriptor=scope.SCOPE,
             new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(
                 scope.SCOPE, writer, UpstreamRetries(client, may_write=may_write)
             ),
-            plan=plan_of,
         )
         #: Per DisaggregatedSet name: its template edits (for its revision).
         self.edits: dict[str, int] = {}
@@ -119,27 +110,10 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
     # --- DisaggregatedSets, through the real webhooks --------------------------------------------------------
 
     def write_ds(self, body: Object) -> Object | None:
-        """Create or update a DisaggregatedSet as the API server does: mutating, then validating webhook."""
-        name = body["metadata"]["name"]
-        self.edits[name] = body.pop("edits")
-        mutated, old = self.through_webhooks(
-            keys.DS_PLURAL,
-            "DisaggregatedSet",
-            body,
-            mutate=lambda found: rules.ds_patch(found, ENV),
-            validate=lambda found, before: rules.ds_errors(found, before, ENV),
-            plain=PLAIN,
-        )
-        if mutated is None:
-            return None
-        if old is None:
-            return self.api.put(keys.DS_PLURAL, mutated, manager="kubectl")
-
-        def change(current: Object) -> None:
-            current["metadata"]["annotations"] = mutated["metadata"]["annotations"]
-            current["spec"] = mutated["spec"]
-
-        return self.api.update(keys.DS_PLURAL, NS, name, change)
+        """Create or update a DisaggregatedSet as the API server does (`write_workload`)."""
+        self.edits[body["metadata"]["name"]] = body.pop("edits")
+        stored, _ = self.write_workload(body, plain=PLAIN)
+        return stored
 
     def revision(self, ds: Object) -> str:
         stamped = rules.in_slice_scope({"spec": ds["spec"]["roles"][0]["spec"]})

@@ -86,7 +86,7 @@ class Stores(stores.ScopeStores[planner.DisaggregatedSetFacts, planner.SlicePodF
         positions = {(child.slice, child.revision) for child in children} | {(s, r) for s in slices for r in revisions}
         wanted = {planner.domain_name(ds, position) for position in positions}
         wanted |= {pod.domain for pod in pods if pod.domain}
-        found = self.domains_for(namespace, ds, also=sorted(wanted))
+        found = {**made, **self.known_domains(namespace, sorted(wanted - made.keys()))}
         usage = self.usage(namespace, found, wanted)
         return planner.Snapshot(
             namespace=namespace,

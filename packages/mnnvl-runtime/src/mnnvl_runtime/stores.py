@@ -418,10 +418,12 @@ class ScopeStores(abc.ABC, Generic[WorkloadT, PodT]):
             facts.name: self.shared.domain(namespace, facts.name) or facts
             for facts in self.shared.domains_of(namespace, workload)
         }
-        for name in also:
-            if name not in found and (known := self.shared.domain(namespace, name)) is not None:
-                found[name] = known
+        found.update(self.known_domains(namespace, [name for name in also if name not in found]))
         return found
+
+    def known_domains(self, namespace: str, wanted: Iterable[str]) -> dict[str, domains.DomainFacts]:
+        """The domains of these names that exist, whoever made them (of two incarnations of a name, the newer)."""
+        return {name: known for name in wanted if (known := self.shared.domain(namespace, name)) is not None}
 
     def usage(self, namespace: str, found: Mapping[str, domains.DomainFacts], wanted: Iterable[str]) -> DomainUsage:
         """For a snapshot: which claim templates exist among those of the domains `found` and `wanted` (by name),
