@@ -40,7 +40,7 @@ from .worlds import (
     THEIRS,
     answer,
     controller_of,
-    feed,
+    fed,
     holds_channel_claim,
     is_gated,
     leaving,
@@ -185,19 +185,6 @@ def build_domains(world: World, data: st.DataObject) -> None:
         put_domain(world.api, name, labels, data, ours=keys.LWS_CONTROLLER)
 
 
-def fill_stores(world: World, data: st.DataObject) -> state.Stores:
-    """The webhook replica's stores, fed from the API with any lag or loss (`feed`)."""
-    stores = state.Stores()
-    mirrors = {
-        keys.LWS_PLURAL: stores.workload_mirror,
-        "controllerrevisions": stores.revision_mirror,
-        keys.COMPUTE_DOMAIN_PLURAL: stores.domain_mirror,
-        "resourceclaimtemplates": stores.template_mirror,
-    }
-    feed(world.api, mirrors, data)
-    return stores
-
-
 def pod_to_admit(world: World, data: st.DataObject) -> Object:
     """A leader (a new incarnation) or a worker of group 0, as upstream makes it or as anyone could write it."""
     leader = data.draw(st.booleans(), label="admitting a leader")
@@ -270,7 +257,7 @@ def test_the_replica_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObj
     build_lws(world, data)
     build_group(world, data)
     build_domains(world, data)
-    stores = fill_stores(world, data)
+    stores = fed(state.Stores(), world.api, data)
     pod = pod_to_admit(world, data)
     api = world.api
 

@@ -38,7 +38,7 @@ from .worlds import (
     THEIRS,
     answer,
     controller_of,
-    feed,
+    fed,
     holds_channel_claim,
     is_gated,
     leaving,
@@ -120,18 +120,6 @@ def build(world: World, data: st.DataObject) -> None:
             owner = data.draw(mostly(*reversed(world.ds_uids)), label="domain's owner")
             labels = planner.domain_labels(planner.DisaggregatedSetFacts(namespace=NS, name=DS, uid=owner), position)
             put_domain(world.api, names.slice_domain_name(DS, *position), labels, data, ours=keys.DS_CONTROLLER)
-
-
-def fill_stores(world: World, data: st.DataObject) -> state.Stores:
-    stores = state.Stores()
-    mirrors = {
-        keys.DS_PLURAL: stores.workload_mirror,
-        keys.LWS_PLURAL: stores.child_mirror,
-        keys.COMPUTE_DOMAIN_PLURAL: stores.domain_mirror,
-        "resourceclaimtemplates": stores.template_mirror,
-    }
-    feed(world.api, mirrors, data)
-    return stores
 
 
 def pod_to_admit(world: World, data: st.DataObject) -> Object:
@@ -223,7 +211,7 @@ def truth_of(api: MemoryApi, child: Object) -> Truth:
 def test_the_slice_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObject) -> None:
     world = World(api=MemoryApi(), gate_enabled=not data.draw(settings.RARELY, label="gate off"))
     build(world, data)
-    stores = fill_stores(world, data)
+    stores = fed(state.Stores(), world.api, data)
     pod = pod_to_admit(world, data)
     api = world.api
     client = api.client(keys.DS_CONTROLLER)

@@ -21,6 +21,9 @@ from mnnvl_runtime import stores
 from ..mnnvl_runtime.memory_api import MemoryApi, Object
 from . import settings
 
+#: A scope controller's stores.
+ScopeStoresT = TypeVar("ScopeStoresT", bound=stores.ScopeStores[Any, Any])
+
 NS = "serving"
 T = TypeVar("T")
 #: A channel claim a pod may bring of its own, under the reserved name.
@@ -78,6 +81,16 @@ def feed(api: MemoryApi, mirrors: Mapping[str, stores.Mirror[Any]], data: st.Dat
             events = [found for index, found in enumerate(events) if index not in lost]
         for kind, body in events:
             mirror.observe(body, deleted=kind == "DELETED")
+
+
+def fed(scope_stores: ScopeStoresT, api: MemoryApi, data: st.DataObject) -> ScopeStoresT:
+    """A scope's webhook replica's stores: every mirror but the pods' (the pod is the one being admitted), fed
+    from the API with any lag or loss (`feed`)."""
+    mirrors = {
+        mirror.resource.plural: mirror for mirror in scope_stores.mirrors if mirror is not scope_stores.pod_mirror
+    }
+    feed(api, mirrors, data)
+    return scope_stores
 
 
 # --- the rules ---------------------------------------------------------------------------------------------
