@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import fencing
 from mnnvl_runtime import domain_writer
+
+from . import settings as safety_settings
 
 FENCE = 30.0
 #: What happens next: another replica marks the domain or lifts the mark; the domain is deleted and made again
@@ -43,7 +45,7 @@ class Name:
     marked_at: float = 0.0
 
 
-@settings(max_examples=1000)
+@safety_settings.for_property(max_examples=1000)
 @given(history=st.lists(EVENTS, max_size=40))
 def test_a_domain_is_deleted_only_once_the_fence_has_passed_since_its_mark(
     history: list[tuple[str, float]],

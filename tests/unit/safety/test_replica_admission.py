@@ -321,3 +321,42 @@ def test_the_replica_pod_webhook_keeps_the_promise_in_any_world(data: st.DataObj
     assert not (ready and not is_leader and stores.shared.template_exists(NS, template)), (
         f"a worker joining {domain_name}, ready for its LeaderWorkerSet, is held by the gate"
     )
+
+
+@settings.FOCUSED_SEARCH
+@given(st.data())
+def test_a_worker_of_a_leader_given_no_domain_runs_alone_only_when_nothing_opted_in(data: st.DataObject) -> None:
+    """The worker binding's rarest branch, searched on its own: the worker's current, live leader was given no
+    domain (admitted while the gate was off or its workload was not opted in, or made from a template without the
+    scope). The worker runs alone only when that leader carries the scope and nothing opted in (the workload now, or
+    the worker's revision); otherwise it waits, or it would run without the channel it was stamped for."""
+    world = World(api=MemoryApi())
+    build_lws(world, data)
+    scoped = data.draw(st.booleans(), label="leader stamped for the replica scope")
+    leader = pod_body(LEADER, spec=pods.cpu_leader_spec(), record=None, claim=None, revision=None, scoped=scoped)
+    leader["status"] = {"phase": "Running"}
+    leader_uid = uid_of(world.api.put("pods", leader, manager="kubelet"))
+    statefulset = {
+        "metadata": {"name": LEADER, "namespace": NS, "ownerReferences": controller_of("Pod", LEADER, leader_uid)}
+    }
+    statefulset_uid = uid_of(world.api.put("statefulsets", statefulset, manager="lws"))
+    build_domains(world, data)
+    stores = fed(state.Stores(), world.api, data)
+    revision = data.draw(st.sampled_from((None, REVISION)), label="worker's revision")
+    worker = pod_body(WORKER, spec=pods.deepseek_worker_spec(), record=None, claim=None, revision=revision)
+    worker["metadata"]["ownerReferences"] = controller_of("StatefulSet", LEADER, statefulset_uid)
+
+    answered = answer(
+        worker,
+        pod_admission.admit_pod(world.api.client(keys.LWS_CONTROLLER), stores, copy.deepcopy(worker), token=TOKEN),
+    )
+
+    if answered is None:
+        event("worker waits")
+        return
+    admitted, account = answered
+    assert scoped, "a worker of a leader made without the scope was admitted: it runs without its channel"
+    assert account.domain is None, f"a worker of a leader given no domain joined {account.domain}"
+    assert admitted == worker, "a worker of a leader given no domain was changed"
+    assert not opted_in_now(world.api, worker), "a worker of an opted-in workload was admitted without a domain"
+    event("worker admitted alone")

@@ -19,13 +19,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mnnvl_api import keys
 from mnnvl_topology import passes, topologies, topology_writer
 
 from ..mnnvl_topology.fake_api import IDENTIFIED, FakeApi, entry, executor_over, stored, take_ownership, topologies_seen
+from . import settings as safety_settings
 from .worlds import mostly
 
 Object = dict[str, Any]
@@ -186,7 +187,7 @@ def check(made_by: dict[str, str], installation: Installation, writes: list[Any]
             made_by[after["metadata"]["uid"]] = me
 
 
-@settings(max_examples=300, deadline=None)
+@safety_settings.for_property(max_examples=300)
 @given(clusters(), configurations(), configurations(), st.booleans(), st.data())
 def test_two_installations_write_only_their_own_objects_and_converge(
     seeds: list[Seed], first: list[Object], second: list[Object], aliases: bool, data: st.DataObject
