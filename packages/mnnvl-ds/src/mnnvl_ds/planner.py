@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mnnvl_api import events, keys, names
+from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, plans
 
 MANAGER = keys.DS_CONTROLLER
@@ -200,7 +200,7 @@ def plan(snapshot: Snapshot) -> plans.Plan:
                 template_exists=names.claim_template_name(name) in snapshot.existing_templates,
             ):
                 ready.add(name)
-        warnings += [_foreign(workload, position, found) for position, found in held_back(snapshot)]
+        warnings += [_foreign(position, found) for position, found in held_back(snapshot)]
         if workload.opted_in and not workload.deleting:
             warnings += plans.pods_without_claim(
                 snapshot.pods, kind=keys.DS_KIND, workload=workload.name, controller=MANAGER
@@ -226,12 +226,9 @@ def _to_create(workload: DisaggregatedSetFacts, position: SliceRevision) -> plan
     return plans.to_create(workload, domain_name(workload.name, position), domain_labels(workload, position))
 
 
-def _foreign(workload: DisaggregatedSetFacts, position: SliceRevision, found: domains.DomainFacts) -> plans.Warning:
-    return plans.Warning(
-        reason=events.UNEXPECTED_OWNER_REASON,
-        message=(
-            f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
-            f"and slice {position[0]} (revision {position[1]}) stays unscaled, its pods gated: delete or rename "
-            "that ComputeDomain"
-        ),
+def _foreign(position: SliceRevision, found: domains.DomainFacts) -> plans.Warning:
+    return plans.foreign_domain(
+        found,
+        f"slice {position[0]} (revision {position[1]}) stays unscaled, its pods gated: delete or rename that "
+        "ComputeDomain",
     )

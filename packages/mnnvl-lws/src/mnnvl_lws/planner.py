@@ -94,7 +94,7 @@ def plan(snapshot: Snapshot) -> plans.Plan:
                 if not leader.deleting:
                     create.append(_to_create(workload, leader))
             elif not domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER):
-                warnings.append(_foreign(workload, leader, found))
+                warnings.append(_foreign(leader, found))
         if workload.opted_in:
             warnings += plans.pods_without_claim(
                 snapshot.pods, kind="LeaderWorkerSet", workload=workload.name, controller=MANAGER
@@ -129,14 +129,11 @@ def _to_create(workload: LeaderWorkerSetFacts, leader: ReplicaPodFacts) -> plans
     return plans.to_create(workload, leader.domain, domain_labels(workload, leader.group))
 
 
-def _foreign(workload: LeaderWorkerSetFacts, leader: ReplicaPodFacts, found: domains.DomainFacts) -> plans.Warning:
-    return plans.Warning(
-        reason=events.UNEXPECTED_OWNER_REASON,
-        message=(
-            f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
-            f"and leader {leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} "
-            "to get a new domain name"
-        ),
+def _foreign(leader: ReplicaPodFacts, found: domains.DomainFacts) -> plans.Warning:
+    return plans.foreign_domain(
+        found,
+        f"leader {leader.name} stays gated: delete or rename that ComputeDomain, or delete pod {leader.name} to get a "
+        "new domain name",
     )
 
 

@@ -150,6 +150,18 @@ def retire(
     return Retirement(delete=tuple(delete), uncondemn=tuple(uncondemn), release=tuple(release))
 
 
+def foreign_domain(found: domains.DomainFacts, held_back: str) -> Warning:
+    """A domain of the name a scope derives exists and is not the workload's: it is never adopted, and what would
+    use it (`held_back`, with the way out) waits."""
+    return Warning(
+        reason=events.UNEXPECTED_OWNER_REASON,
+        message=(
+            f"ComputeDomain {found.name} already exists and is {domains.describe_owner(found)}; it is not adopted "
+            f"and {held_back}"
+        ),
+    )
+
+
 def pods_without_claim(pods: Iterable[PodFacts], *, kind: str, workload: str, controller: str) -> list[Warning]:
     """One warning per live pod that should hold the channel claim but holds none: it was admitted while
     `controller`'s pod webhook was not there, and only its creation again gives it the claim."""
