@@ -87,18 +87,15 @@ class Stores(stores.ScopeStores[planner.DisaggregatedSetFacts, planner.SlicePodF
         wanted = {planner.domain_name(ds, position) for position in positions}
         wanted |= {pod.domain for pod in pods if pod.domain}
         found = {**made, **self.known_domains(namespace, sorted(wanted - made.keys()))}
-        usage = self.usage(namespace, found, wanted)
-        return planner.Snapshot(
-            namespace=namespace,
-            workload_name=ds,
-            workload=workload,
-            children=children,
+        return self.snapshot_of(
+            planner.Snapshot,
+            namespace,
+            ds,
             pods=pods,
-            domains=found,
-            existing_templates=usage.existing_templates,
-            templates_in_use=usage.templates_in_use,
-            domains_recorded=usage.domains_recorded,
+            found=found,
+            wanted=wanted,
             gate_enabled=gate_enabled,
+            children=children,
         )
 
 

@@ -83,20 +83,18 @@ class Stores(stores.ScopeStores[planner.LeaderWorkerSetFacts, planner.ReplicaPod
     def snapshot(self, namespace: str, lws: str, *, gate_enabled: bool) -> planner.Snapshot:
         pods = self.scope_pods(namespace, lws)
         recorded = [p.domain for p in pods if p.domain]
-        found = self.domains_for(namespace, lws, also=recorded)
-        usage = self.usage(namespace, found, recorded)
         workload = self.workload(namespace, lws)
-        return planner.Snapshot(
-            namespace=namespace,
-            workload_name=lws,
-            workload=workload,
+        stamped = frozenset() if workload is None else self.stamped_revisions(namespace, lws, workload.uid)
+        found = self.domains_for(namespace, lws, also=recorded)
+        return self.snapshot_of(
+            planner.Snapshot,
+            namespace,
+            lws,
             pods=pods,
-            domains=found,
-            existing_templates=usage.existing_templates,
-            templates_in_use=usage.templates_in_use,
-            domains_recorded=usage.domains_recorded,
-            stamped_revisions=frozenset() if workload is None else self.stamped_revisions(namespace, lws, workload.uid),
+            found=found,
+            wanted=recorded,
             gate_enabled=gate_enabled,
+            stamped_revisions=stamped,
         )
 
 

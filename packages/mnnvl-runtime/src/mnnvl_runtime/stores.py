@@ -301,6 +301,7 @@ DOMAIN_RESOURCE = Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=k
 TEMPLATE_RESOURCE = Resource(api_version="resource.k8s.io/v1", plural="resourceclaimtemplates")
 WorkloadT = TypeVar("WorkloadT", bound=plans.WorkloadFacts)
 PodT = TypeVar("PodT", bound=plans.PodFacts)
+SnapshotT = TypeVar("SnapshotT", bound=plans.ScopeSnapshot[Any, Any])
 
 
 @dataclasses.dataclass
@@ -424,6 +425,35 @@ class ScopeStores(abc.ABC, Generic[WorkloadT, PodT]):
     def known_domains(self, namespace: str, wanted: Iterable[str]) -> dict[str, domains.DomainFacts]:
         """The domains of these names that exist, whoever made them (of two incarnations of a name, the newer)."""
         return {name: known for name in wanted if (known := self.shared.domain(namespace, name)) is not None}
+
+    def snapshot_of(
+        self,
+        new: Callable[..., SnapshotT],
+        namespace: str,
+        name: str,
+        *,
+        pods: tuple[PodT, ...],
+        found: dict[str, domains.DomainFacts],
+        wanted: Iterable[str],
+        gate_enabled: bool,
+        **scope_fields: Any,
+    ) -> SnapshotT:
+        """The scope's snapshot (`new`, a `plans.ScopeSnapshot` type) of the workload: the workload as stored, its
+        `pods`, the domains `found` for it, which claim templates of those and of the `wanted` names exist and
+        are used (`usage`), and the scope's own fields."""
+        usage = self.usage(namespace, found, wanted)
+        return new(
+            namespace=namespace,
+            workload_name=name,
+            workload=self.workload(namespace, name),
+            pods=pods,
+            domains=found,
+            existing_templates=usage.existing_templates,
+            templates_in_use=usage.templates_in_use,
+            domains_recorded=usage.domains_recorded,
+            gate_enabled=gate_enabled,
+            **scope_fields,
+        )
 
     def usage(self, namespace: str, found: Mapping[str, domains.DomainFacts], wanted: Iterable[str]) -> DomainUsage:
         """For a snapshot: which claim templates exist among those of the domains `found` and `wanted` (by name),
