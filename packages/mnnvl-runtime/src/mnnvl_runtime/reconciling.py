@@ -81,7 +81,9 @@ class ScopeState(Protocol[Snapshot_co]):
     def gated_pods(self) -> int: ...
 
 
-class ScopeExecutor(Protocol[Snapshot_contra]):
+class PlanApplier(Protocol[Snapshot_contra]):
+    """What applies a scope's plan (`scopes.ScopeExecutor`); returns in how many seconds to come back, if ever."""
+
     async def apply(self, snapshot: Snapshot_contra, plan: plans.Plan) -> float | None: ...
 
 
@@ -94,7 +96,7 @@ class ScopeReconciler(Generic[Snapshot]):
         context: controller.Context,
         state: ScopeState[Snapshot],
         plan: Callable[[Snapshot], plans.Plan],
-        executor: Callable[[domain_writer.DomainWriter], ScopeExecutor[Snapshot]],
+        executor: Callable[[domain_writer.DomainWriter], PlanApplier[Snapshot]],
         *,
         kind: str,
         scope: str,
