@@ -60,8 +60,15 @@ def test_every_webhook_path_is_a_handler_of_this_controller() -> None:
 def test_the_disaggregatedset_webhooks_fail_closed_only_for_sets_that_concern_us(name: str) -> None:
     webhook = webhooks_by_name()[name]
     assert webhook["failurePolicy"] == "Fail"
-    [condition] = webhook["matchConditions"]
-    assert condition["name"] == "concerns-auto-compute-domain"
+    assert webhook["matchConditions"] == [
+        {
+            "name": "concerns-auto-compute-domain",
+            "expression": (
+                f"({scope.concerns_auto_compute_domain('object')}) || "
+                f"({scope.concerns_auto_compute_domain('oldObject')})"
+            ),
+        }
+    ]
     assert webhook["rules"] == [
         {
             "apiGroups": [keys.DS_GROUP],

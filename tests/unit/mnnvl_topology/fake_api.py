@@ -19,7 +19,7 @@ from mnnvl_topology import passes, state, topologies
 
 Object = dict[str, Any]
 LEVELS = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
-#: The installation `executor_over` is without one configured: its process namespace's `mnnvl`.
+#: The installation `passes_over` is without one configured: its process namespace's `mnnvl`.
 INSTALLATION = "mnnvl-system/mnnvl"
 #: The plurals whose objects carry identity (the census ConfigMap's applies are only recorded).
 IDENTIFIED = frozenset({keys.KAI_TOPOLOGY_PLURAL, keys.GROVE_BINDING_PLURAL})
@@ -166,7 +166,7 @@ class FakeApi:
         return True
 
 
-def executor_over(
+def passes_over(
     api: FakeApi,
     *names: str,
     levels: list[dict[str, str]] = LEVELS,
@@ -174,7 +174,7 @@ def executor_over(
     topologies: list[Object] | None = None,
     installation: str | None = None,
 ) -> passes.Passes:
-    """An executor over `api` for the topologies `names` (with `levels`), or the `topologies` entries as given."""
+    """The queue passes over `api` for the topologies `names` (with `levels`), or the `topologies` entries as given."""
     document: Object = {"topologies": topologies or [{"name": name, "levels": levels} for name in names]}
     if installation is not None:
         document["installation"] = installation

@@ -14,7 +14,7 @@ from mnnvl_runtime import kube, metrics
 from mnnvl_topology import census_writer, effects, passes, topologies, topology_writer
 
 from ..mnnvl_runtime import fakes
-from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, executor_over, stored, topologies_seen
+from .fake_api import INSTALLATION, LEVELS, FakeApi, entry, passes_over, stored, topologies_seen
 
 Object = dict[str, Any]
 #: The v1alpha1 version of KAI v0.17's Topology CRD, as far as `topologies.schema_has_aliases` reads it.
@@ -43,7 +43,7 @@ def test_a_refused_binding_is_reported_and_the_other_entries_are_still_written()
     before = refused(keys.GROVE_BINDING_KIND)
 
     with pytest.raises(topology_writer.IncompletePassError, match="b"):
-        asyncio.run(fakes.within(executor_over(api, "a", "b", "c").topologies.sync()))
+        asyncio.run(fakes.within(passes_over(api, "a", "b", "c").topologies.sync()))
 
     assert sorted(api.objects) == [
         (keys.GROVE_BINDING_PLURAL, "a-binding"),
@@ -70,7 +70,7 @@ def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_w
         manager=keys.TOPOLOGY_CONTROLLER,
     )
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
-    running = executor_over(api, "a")
+    running = passes_over(api, "a")
     running.stores.apply_topology(old["metadata"]["uid"], old)
 
     with pytest.raises(topology_writer.IncompletePassError, match="old"):
@@ -84,7 +84,7 @@ def test_a_refused_removal_is_reported_on_its_object_and_the_entries_are_still_w
 
 def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_never_twice_in_between() -> None:
     api = FakeApi(refuse=set())
-    running = executor_over(api, "a")
+    running = passes_over(api, "a")
     running.stores.apply_node("n", {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}})
 
     async def publish() -> int:
@@ -103,7 +103,7 @@ def test_the_census_is_applied_again_after_a_resync_or_on_gaining_the_lease_neve
 
 
 def test_a_vanished_clique_leaves_the_gauges_and_the_others_keep_their_values() -> None:
-    running = executor_over(FakeApi(refuse=set()), "a")
+    running = passes_over(FakeApi(refuse=set()), "a")
     for uid, clique in (("n1", "x"), ("n2", "y")):
         running.stores.apply_node(uid, {"metadata": {"name": uid, "labels": {keys.GPU_CLIQUE_LABEL: clique}}})
     asyncio.run(fakes.within(running.census.publish()))
@@ -144,8 +144,8 @@ def owned_by(kind: str, name: str, uid: str, api_version: str = keys.GROVE_API_V
 
 
 def over_two_cliques_of_four(api: FakeApi) -> passes.Passes:
-    """An executor whose nodes are cliques a (a1…a4) and b (b1…b4), four GPUs each."""
-    running = executor_over(api, "a")
+    """Queue passes whose nodes are cliques a (a1…a4) and b (b1…b4), four GPUs each."""
+    running = passes_over(api, "a")
     for clique in "ab":
         for index in range(1, 5):
             node = {
@@ -229,7 +229,7 @@ def test_a_workload_stuck_again_after_its_pods_left_is_warned_about_again() -> N
 
 def test_a_grove_pod_without_its_gang_is_not_judged() -> None:
     api = FakeApi(refuse=set())
-    running = executor_over(api, "a")
+    running = passes_over(api, "a")
     running.stores.apply_pod("1", grove_pod("w-1", None))
     asyncio.run(fakes.within(running.fit.check("ns", "w-1")))
     assert api.events == []
@@ -299,7 +299,7 @@ def test_aliases_the_served_schema_cannot_hold_are_reported_once_per_topology_un
         {"nodeLabel": keys.GPU_CLIQUE_LABEL, "alias": "clique"},
         {"nodeLabel": keys.HOSTNAME_LABEL, "alias": "host"},
     ]
-    running = executor_over(api, "a", "b", levels=aliased)
+    running = passes_over(api, "a", "b", levels=aliased)
 
     def sync() -> None:
         asyncio.run(fakes.within(running.topologies.sync()))
@@ -324,7 +324,7 @@ def test_aliases_the_served_schema_cannot_hold_are_reported_once_per_topology_un
 
 def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap() -> None:
     api = FakeApi(refuse=set(), served=())
-    running = executor_over(api, "a", unwatched=frozenset(topologies.OPTIONAL_APIS))
+    running = passes_over(api, "a", unwatched=frozenset(topologies.OPTIONAL_APIS))
 
     def restarts() -> list[str]:
         asyncio.run(fakes.within(running.topologies.sync()))
@@ -346,7 +346,7 @@ def test_an_api_served_since_start_up_is_reported_once_on_the_census_configmap()
 
 def test_an_api_served_at_start_up_is_watched_and_never_reported() -> None:
     api = FakeApi(refuse=set(), served=topologies.OPTIONAL_APIS)
-    asyncio.run(fakes.within(executor_over(api, "a").topologies.sync()))
+    asyncio.run(fakes.within(passes_over(api, "a").topologies.sync()))
     assert warnings(api, reasons.WATCH_NEEDS_RESTART_REASON) == []
 
 
@@ -383,7 +383,7 @@ def test_an_object_labelled_ours_that_this_installation_did_not_make_is_never_wr
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = body
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "gone")] = {**copy.deepcopy(body), "metadata": {
         **copy.deepcopy(body["metadata"]), "name": "gone", "uid": "uid-gone"}}  # fmt: skip
-    running = executor_over(api, "a", levels=[{"nodeLabel": "example.com/rack"}, *LEVELS])
+    running = passes_over(api, "a", levels=[{"nodeLabel": "example.com/rack"}, *LEVELS])
 
     run_passes(running, api)
 
@@ -397,7 +397,7 @@ def test_an_object_labelled_ours_that_this_installation_did_not_make_is_never_wr
 def test_an_object_changing_hands_is_news_and_reported_again() -> None:
     api = FakeApi(refuse=set())
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")] = copied("a")
-    running = executor_over(api, "a")
+    running = passes_over(api, "a")
     run_passes(running, api)
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "a")]["metadata"]["ownerReferences"] = [
         {"kind": keys.GROVE_BINDING_KIND, "name": "a", "controller": True}
@@ -425,7 +425,7 @@ def test_an_earlier_versions_objects_are_adopted_where_configured_and_never_dele
         earlier = {**manifest, "metadata": {"name": name, **bare}}
         api.objects[(plural, name)] = stored(earlier, manager=keys.TOPOLOGY_CONTROLLER)
     uids = {key: body["metadata"]["uid"] for key, body in api.objects.items()}
-    running = executor_over(api, "a")
+    running = passes_over(api, "a")
 
     run_passes(running, api)
 
@@ -455,7 +455,7 @@ class ReplacedBeforeTheWrite(FakeApi):
 def test_an_object_that_appeared_since_it_was_read_is_no_refusal_and_the_pass_is_retried() -> None:
     api = ReplacedBeforeTheWrite(refuse=set())
     with pytest.raises(topology_writer.IncompletePassError):
-        asyncio.run(fakes.within(executor_over(api, "a").topologies.sync()))
+        asyncio.run(fakes.within(passes_over(api, "a").topologies.sync()))
     assert warnings(api, reasons.TOPOLOGY_WRITE_REFUSED_REASON) == []
 
 
@@ -476,7 +476,7 @@ def test_an_object_taken_over_between_the_read_and_the_delete_is_left() -> None:
     api = HandedOverAfterTheRead(refuse=set())
     old = copied("old", manager=keys.TOPOLOGY_CONTROLLER)
     api.objects[(keys.KAI_TOPOLOGY_PLURAL, "old")] = old
-    running = executor_over(api, "a")
+    running = passes_over(api, "a")
     running.topologies.stores = topologies_seen(api)
     with pytest.raises(topology_writer.IncompletePassError, match="old"):
         asyncio.run(fakes.within(running.topologies.sync()))

@@ -515,7 +515,7 @@ def test_a_worker_admitted_before_its_domain_was_condemned_is_seen_before_the_de
 
 
 def test_no_configurable_fence_lets_a_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
-    """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest pod_admission.
+    """Hole 4 of issue 19: the shortest fence the configuration accepts must still outlast the slowest admission.
     A worker read its domain as ready just before the mark; its creation lands `ADMISSION_BOUND` later."""
     machine, domain = leader_fails_while_a_worker_is_admitted(min(accepted_fences()), gpu_leader=True)
     machine.time_passes(seconds=min(machine.fence, ADMISSION_BOUND - 1.0))

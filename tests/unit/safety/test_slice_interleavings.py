@@ -1,9 +1,9 @@
 """Safety of the whole slice-scope protocol (mnnvl-ds) over adversarial interleavings (`harness`).
 
 The real webhooks (`rules.ds_patch` and `rules.ds_errors` for every DisaggregatedSet write,
-`slice_admission.child_errors` for every child LeaderWorkerSet, `slice_admission.admit_pod` for every stamped pod), stores,
-planner and executor (with the shared domain writer and the upstream retries), run in two replicas against an
-in-memory API server. Besides what `harness` interleaves, this model has, as upstream and Kubernetes make them:
+`slice_admission.child_errors` for every child LeaderWorkerSet, `slice_admission.admit_pod` for every stamped pod),
+stores, planner and executor (with the shared domain writer and the upstream retries), run in two replicas
+against an in-memory API server. Besides what `harness` interleaves, this model has, as upstream and Kubernetes make them:
 
 - the DisaggregatedSet `llm` (two slices, roles prefill and decode), opted in; its opt-in removed and given again,
   and its templates edited: each a new revision (upstream hashes the stamped templates), whose child
@@ -462,7 +462,7 @@ def test_a_pod_of_a_revision_that_opted_in_keeps_its_claim_after_opt_out() -> No
 
 def test_no_configurable_fence_lets_a_slice_domain_go_before_a_pod_admitted_onto_it_lands() -> None:
     """Hole 4 of issue 19, for slices: the shortest fence the configuration accepts must outlast the slowest
-    slice_admission."""
+    admission."""
     machine = SliceScope()
     machine.configured(min(accepted_fences()))
     running_slice(machine)

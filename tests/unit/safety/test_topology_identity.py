@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from mnnvl_api import keys
 from mnnvl_topology import passes, topologies, topology_writer
 
-from ..mnnvl_topology.fake_api import IDENTIFIED, FakeApi, entry, executor_over, stored, take_ownership, topologies_seen
+from ..mnnvl_topology.fake_api import IDENTIFIED, FakeApi, entry, passes_over, stored, take_ownership, topologies_seen
 from . import settings as safety_settings
 from .worlds import mostly
 
@@ -203,8 +203,8 @@ def test_two_installations_write_only_their_own_objects_and_converge(
     installations = []
     for identity, entries in ((A, first), (B, second)):
         api = Racing(objects=objects, made_by=made_by)
-        installations.append(Installation(identity, entries, api, executor_over(api, topologies=entries,
-                                                                                installation=identity)))  # fmt: skip
+        running = passes_over(api, topologies=entries, installation=identity)
+        installations.append(Installation(identity, entries, api, running))
 
     last_round: list[Any] = []
     for round_ in range(ROUNDS):
@@ -229,3 +229,33 @@ def test_two_installations_write_only_their_own_objects_and_converge(
                     in (installation.identity,)
                 }
             assert wanted <= {name for kind, name in objects if kind == plural}
+
+
+def always() -> bool:
+    return True
+
+
+@safety_settings.for_property(max_examples=100)
+@given(st.data())
+def test_no_write_lands_on_an_object_taken_over_since_it_was_read(data: st.DataObject) -> None:
+    """The race the property above draws now and then, on its own: every Topology and binding this installation
+    made, or an earlier version made, is taken over by someone else between the installation's read and its write.
+    Adopting, repairing or recreating it must fail on the change (a precondition), never land on the new owner's."""
+    objects: dict[tuple[str, str], Object] = {}
+    made_by: dict[str, str] = {}
+    for name in NAMES:
+        for plural, object_name in ((keys.KAI_TOPOLOGY_PLURAL, name), (keys.GROVE_BINDING_PLURAL, f"{name}-binding")):
+            maker = data.draw(st.sampled_from(("A", LEGACY)), label=f"{object_name} made by")
+            levels = data.draw(st.integers(0, len(LEVEL_CHOICES) - 1), label=f"{object_name} levels")
+            body, made_as = seeded(Seed(plural, object_name, maker, levels))
+            objects[(plural, object_name)] = body
+            made_by[body["metadata"]["uid"]] = made_as
+    if data.draw(st.booleans(), label="aliases served"):
+        objects[("customresourcedefinitions", keys.KAI_TOPOLOGY_CRD)] = ALIASED_CRD
+    configured = [dict(level) for level in LEVEL_CHOICES[0]]
+    entries = [{"name": name, "levels": configured, "groveBinding": {"enabled": True}} for name in NAMES]
+    api = Racing(objects=objects, made_by=made_by)
+    installation = Installation(A, entries, api, passes_over(api, topologies=entries, installation=A))
+    api.takes_over = always
+
+    check(made_by, installation, installation.sync())

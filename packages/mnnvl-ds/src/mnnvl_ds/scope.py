@@ -7,7 +7,7 @@ from typing import Any
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import plans, templates
-from mnnvl_runtime import controller, preflight, scopes, webhooks
+from mnnvl_runtime import admission, controller, preflight, scopes, webhooks
 
 from . import planner, retries, rules, slice_admission, state
 
@@ -105,7 +105,7 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     created=created,
     deleted=deleted,
     admit_pod=slice_admission.admit,
-    workload_rules=scopes.WorkloadRules(
+    workload_rules=admission.WorkloadRules(
         plural=keys.DS_PLURAL,
         stamp=rules.ds_patch,
         errors=rules.ds_errors,

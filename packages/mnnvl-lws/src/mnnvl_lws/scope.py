@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import plans
-from mnnvl_runtime import preflight, scopes, webhooks
+from mnnvl_runtime import admission, preflight, scopes, webhooks
 
 from . import planner, pod_admission, rules, state
 
@@ -42,7 +42,7 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     created=created,
     deleted=deleted,
     admit_pod=pod_admission.admit,
-    workload_rules=scopes.WorkloadRules(
+    workload_rules=admission.WorkloadRules(
         plural=keys.LWS_PLURAL,
         stamp=rules.template_patch,
         errors=rules.lws_errors,

@@ -4,9 +4,10 @@ may join a domain, read afresh."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -14,7 +15,8 @@ import jsonpatch
 import kopf
 
 from mnnvl_api import errors, keys
-from mnnvl_api.decisions import domains, field_managers, opt_in
+from mnnvl_api.decisions import domains, field_managers, injection, opt_in
+from mnnvl_api.decisions.patches import JsonPatch
 
 from . import controller, kube, metrics, preflight, webhooks
 
@@ -80,6 +82,57 @@ def transform(operations: list[dict[str, Any]]) -> Callable[[Any], None]:
         jsonpatch.apply_patch(body, operations, in_place=True)
 
     return apply
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkloadRules:
+    """A scope's own rules for its workload kind, pure functions of the object as written, which the kit serves as
+    the `mutate-<kind>` and `validate-<kind>` webhooks."""
+
+    plural: str
+    #: The JSON patch stamping (or unstamping) the workload's templates.
+    stamp: Callable[[Mapping[str, Any], opt_in.Environment], JsonPatch]
+    #: Every field error of the workload (after mutation), given the object before an update (None on create).
+    errors: Callable[[Mapping[str, Any], Mapping[str, Any] | None, opt_in.Environment], list[errors.FieldError]]
+    #: What is allowed but probably not meant: admitted, with these warnings.
+    warnings: Callable[[Mapping[str, Any]], list[str]]
+    #: CEL: whether the object in a variable (`object` or `oldObject`, null when the request has none) concerns
+    #: AutoComputeDomain. Only such workloads, before or after the change, reach the webhooks, so no other
+    #: workload depends on this controller being available. It must never fail to evaluate.
+    concerns: Callable[[str], str]
+
+
+def workload_webhook_ids(kind: str) -> tuple[str, str]:
+    """The ids (and paths) of a workload kind's mutating and validating webhooks."""
+    return f"mutate-{kind.lower()}", f"validate-{kind.lower()}"
+
+
+def register_workload_webhooks(
+    registry: kopf.OperatorRegistry, api_version: str, kind: str, rules: WorkloadRules
+) -> None:
+    """Registers on `registry` a scope's workload webhooks: its `rules`, answered with one patch, or every field
+    error in one refusal. They have no side effects: they never write to the API."""
+    group, _, version = api_version.rpartition("/")
+    mutate_id, validate_id = workload_webhook_ids(kind)
+    availability = ApiAvailability()
+
+    @kopf.on.mutate(group, version, rules.plural, id=mutate_id, registry=registry)
+    def mutate(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+        def stamp() -> JsonPatch:
+            return rules.stamp(dict(body), availability.environment(controller.context_of(memo)))
+
+        mutate_workload(mutate_id, kwargs.get("operation"), patch, stamp)
+
+    @kopf.on.validate(group, version, rules.plural, id=validate_id, registry=registry)
+    def validate(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
+        old: kopf.Body | None = kwargs.get("old")
+
+        def check() -> tuple[list[errors.FieldError], list[str]]:
+            environment = availability.environment(controller.context_of(memo))
+            workload = dict(body)
+            return rules.errors(workload, dict(old) if old else None, environment), rules.warnings(workload)
+
+        validate_workload(validate_id, kwargs.get("operation"), warnings, check)
 
 
 def mutate_workload(
@@ -155,6 +208,37 @@ async def refuse_impersonation(
         if refusal is not None:
             log.info("impersonation refused", extra={"requester": requester, "compute_domain": meta.get("name")})
             raise kopf.AdmissionError(refusal, code=403)
+
+
+def register_pod_webhook(
+    registry: kopf.OperatorRegistry,
+    admit: Callable[[controller.Context, dict[str, Any]], Awaitable[injection.PodAdmission]],
+) -> None:
+    """Registers on `registry` a scope's pod webhook (`mutate-pod`): `admit`'s patch (the claim, the recorded domain,
+    the scheduling gate) for a pod being created, or its refusal."""
+
+    # async: it reads the watch stores, which only the event loop thread may touch.
+    @kopf.on.mutate("pods", id="mutate-pod", registry=registry)
+    async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+        operation: str | None = kwargs.get("operation")
+        with measured("mutate-pod", operation) as outcome:
+            if operation != "CREATE":
+                return
+            pod = dict(body)
+            admitted = await admit(controller.context_of(memo), pod)
+            if admitted.patch:
+                patch.fns.append(transform(admitted.patch))
+                outcome.result = "patched"
+                log.info(
+                    "pod admitted",
+                    extra={
+                        "namespace": pod["metadata"].get("namespace", ""),
+                        "pod": pod["metadata"].get("name"),
+                        "compute_domain": admitted.domain,
+                        "containers": list(admitted.targets),
+                        "gated": admitted.gated,
+                    },
+                )
 
 
 def register_domain_identity(registry: kopf.OperatorRegistry, manager: str) -> None:

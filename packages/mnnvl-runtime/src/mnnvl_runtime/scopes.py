@@ -3,24 +3,23 @@
 A scope package describes itself once (`Scope`: its workload kind, its stores, its pure planner, its event texts,
 its pod admission, its workload's stamping and validation rules) and `register` builds the rest on its kopf
 registry: the watch handlers of every store (`watches`), the reconciler (stores → snapshot → plan →
-`ScopeExecutor`), the workload webhooks, the pod webhook and the ComputeDomain identity webhook, and the webhook
-configurations that reach them (`Registered.configurations`). `main` is its console script.
+`ScopeExecutor`), the workload webhooks, the pod webhook and the ComputeDomain identity webhook (their handlers
+are `admission`'s), and the webhook configurations that reach them (`Registered.configurations`). `main` is its
+console script.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import kopf
 
-from mnnvl_api import errors, keys
+from mnnvl_api import keys
 from mnnvl_api.decisions import domains as facts
-from mnnvl_api.decisions import injection, opt_in, plans
-from mnnvl_api.decisions.patches import JsonPatch
+from mnnvl_api.decisions import injection, plans
 
 from . import (
     admission,
@@ -36,8 +35,6 @@ from . import (
     watches,
     webhooks,
 )
-
-log = logging.getLogger(__name__)
 
 Snapshot = TypeVar("Snapshot", bound=plans.ScopeSnapshot[Any, Any])
 Snapshot_contra = TypeVar("Snapshot_contra", bound=plans.ScopeSnapshot[Any, Any], contravariant=True)
@@ -55,24 +52,6 @@ class FollowUp(Protocol[Snapshot_contra]):
     def on_domain_deleted(self, namespace: str, name: str) -> list[stores.NamespacedName]: ...
 
     def on_lease_change(self, leading: bool) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkloadRules:
-    """A scope's own rules for its workload kind, pure functions of the object as written, which the kit serves as
-    the `mutate-<kind>` and `validate-<kind>` webhooks."""
-
-    plural: str
-    #: The JSON patch stamping (or unstamping) the workload's templates.
-    stamp: Callable[[Mapping[str, Any], opt_in.Environment], JsonPatch]
-    #: Every field error of the workload (after mutation), given the object before an update (None on create).
-    errors: Callable[[Mapping[str, Any], Mapping[str, Any] | None, opt_in.Environment], list[errors.FieldError]]
-    #: What is allowed but probably not meant: admitted, with these warnings.
-    warnings: Callable[[Mapping[str, Any]], list[str]]
-    #: CEL: whether the object in a variable (`object` or `oldObject`, null when the request has none) concerns
-    #: AutoComputeDomain. Only such workloads, before or after the change, reach the webhooks, so no other
-    #: workload depends on this controller being available. It must never fail to evaluate.
-    concerns: Callable[[str], str]
 
 
 def no_webhooks(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
@@ -98,7 +77,7 @@ class Scope(Generic[Snapshot, Stores]):
     deleted: Callable[[Snapshot, str], str]
     #: The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
     admit_pod: Callable[[controller.Context, Stores, dict[str, Any]], Awaitable[injection.PodAdmission]]
-    workload_rules: WorkloadRules
+    workload_rules: admission.WorkloadRules
     #: Validating webhooks of its own beyond the kit's (their handlers are the scope's), by their client config.
     more_validating: Callable[[webhooks.ClientConfig], list[dict[str, Any]]] = no_webhooks
     #: What its webhooks read beside ComputeDomains, for the start-up check.
@@ -112,8 +91,7 @@ class Scope(Generic[Snapshot, Stores]):
     @property
     def workload_webhook_ids(self) -> tuple[str, str]:
         """The ids (and paths) of its workload's mutating and validating webhooks."""
-        kind = self.workload_kind.lower()
-        return f"mutate-{kind}", f"validate-{kind}"
+        return admission.workload_webhook_ids(self.workload_kind)
 
 
 class ScopeExecutor(Generic[Snapshot]):
@@ -244,58 +222,12 @@ def register(scope: Scope[Snapshot, Stores]) -> Registered[Snapshot]:
         also={keys.COMPUTE_DOMAIN_PLURAL: domain_deleted},
     )
 
-    # async: it reads the watch stores, which only the event loop thread may touch.
-    @kopf.on.mutate("pods", id="mutate-pod", registry=scope.registry)
-    async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-        operation: str | None = kwargs.get("operation")
-        with admission.measured("mutate-pod", operation) as outcome:
-            if operation != "CREATE":
-                return
-            pod = dict(body)
-            admitted = await scope.admit_pod(controller.context_of(memo), scope.stores, pod)
-            if admitted.patch:
-                patch.fns.append(admission.transform(admitted.patch))
-                outcome.result = "patched"
-                log.info(
-                    "pod admitted",
-                    extra={
-                        "namespace": pod["metadata"].get("namespace", ""),
-                        "pod": pod["metadata"].get("name"),
-                        "compute_domain": admitted.domain,
-                        "containers": list(admitted.targets),
-                        "gated": admitted.gated,
-                    },
-                )
-
-    register_workload_webhooks(scope)
+    admission.register_pod_webhook(scope.registry, lambda context, pod: scope.admit_pod(context, scope.stores, pod))
+    admission.register_workload_webhooks(
+        scope.registry, scope.workload_api_version, scope.workload_kind, scope.workload_rules
+    )
     admission.register_domain_identity(scope.registry, scope.name)
     return registered
-
-
-def register_workload_webhooks(scope: Scope[Any, Any]) -> None:
-    """The scope's workload webhooks: its rules, answered with one patch, or every field error in one refusal."""
-    rules = scope.workload_rules
-    group, _, version = scope.workload_api_version.rpartition("/")
-    mutate_id, validate_id = scope.workload_webhook_ids
-    availability = admission.ApiAvailability()
-
-    @kopf.on.mutate(group, version, rules.plural, id=mutate_id, registry=scope.registry)
-    def mutate_workload(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
-        def stamp() -> JsonPatch:
-            return rules.stamp(dict(body), availability.environment(controller.context_of(memo)))
-
-        admission.mutate_workload(mutate_id, kwargs.get("operation"), patch, stamp)
-
-    @kopf.on.validate(group, version, rules.plural, id=validate_id, registry=scope.registry)
-    def validate_workload(body: kopf.Body, memo: Any, warnings: list[str], **kwargs: Any) -> None:
-        old: kopf.Body | None = kwargs.get("old")
-
-        def check() -> tuple[list[errors.FieldError], list[str]]:
-            environment = availability.environment(controller.context_of(memo))
-            workload = dict(body)
-            return rules.errors(workload, dict(old) if old else None, environment), rules.warnings(workload)
-
-        admission.validate_workload(validate_id, kwargs.get("operation"), warnings, check)
 
 
 def main(registered: Registered[Any]) -> None:

@@ -72,7 +72,7 @@ def gang_group(
     gang-schedules). The constraints: the gang's own (Grove writes node label keys there, never its domain names;
     when it has none, KAI takes `kai.scheduler/topology-required-placement` from the gang's or its top owner's
     annotations, `owner_placement`), a scaling group's in `topologyConstraintGroupConfigs`, or the pod's PodClique's.
-    None: nothing asks for one clique. The workload is the gang itself; the executor replaces it with the set that
+    None: nothing asks for one clique. The workload is the gang itself; `fit_warner` replaces it with the set that
     made it."""
     spec = gang.get("spec") or {}
     groups = {str(group.get("name")): group for group in spec.get("podgroups") or ()}
