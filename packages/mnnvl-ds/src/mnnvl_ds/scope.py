@@ -79,12 +79,7 @@ def slice_scope_child(variable: str) -> str:
 
 def child_webhooks(client_config: webhooks.ClientConfig) -> list[dict[str, Any]]:
     """`validate-leaderworkerset` (`slice_admission`), for slice-scope LeaderWorkerSets of DisaggregatedSets only."""
-    rule = {
-        "apiGroups": [keys.LWS_GROUP],
-        "apiVersions": [keys.LWS_VERSION],
-        "operations": ["CREATE", "UPDATE"],
-        "resources": [keys.LWS_PLURAL],
-    }
+    rule = webhooks.rule(keys.LWS_API_VERSION, keys.LWS_PLURAL)
     condition = webhooks.match_condition("slice-scope-leaderworkerset", slice_scope_child("object"))
     return [
         webhooks.entry(

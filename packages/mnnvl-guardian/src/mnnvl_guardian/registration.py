@@ -8,12 +8,7 @@ from mnnvl_api import keys
 from mnnvl_api.models import configuration
 from mnnvl_runtime import webhooks
 
-DELETE_RULE = {
-    "apiGroups": [keys.COMPUTE_DOMAIN_GROUP],
-    "apiVersions": [keys.COMPUTE_DOMAIN_VERSION],
-    "operations": ["DELETE"],
-    "resources": [keys.COMPUTE_DOMAIN_PLURAL],
-}
+DELETE_RULE = webhooks.rule(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, ("DELETE",))
 
 
 def configurations(

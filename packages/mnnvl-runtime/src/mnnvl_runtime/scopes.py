@@ -156,13 +156,7 @@ class Registered(Generic[Snapshot]):
         handler ids. The workload webhooks see only workloads that concern AutoComputeDomain (`concerns`), the pod
         webhook only pods stamped for the scope; those still fail closed."""
         scope = self.scope
-        group, _, version = scope.workload_api_version.rpartition("/")
-        rule = {
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": [scope.workload_rules.plural],
-        }
+        rule = webhooks.rule(scope.workload_api_version, scope.workload_rules.plural)
         concerns = scope.workload_rules.concerns
         conditions = (
             webhooks.match_condition(

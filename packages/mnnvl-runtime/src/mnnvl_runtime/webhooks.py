@@ -44,13 +44,14 @@ def entry(
     return webhook
 
 
+def rule(api_version: str, plural: str, operations: Sequence[str] = ("CREATE", "UPDATE")) -> dict[str, Any]:
+    """A webhook rule: these operations on the resource `plural` of `api_version` (`group/version`, or `v1`)."""
+    group, _, version = api_version.rpartition("/")
+    return {"apiGroups": [group], "apiVersions": [version], "operations": list(operations), "resources": [plural]}
+
+
 #: Writes of ComputeDomains (not their status).
-DOMAIN_WRITE_RULE = {
-    "apiGroups": [keys.COMPUTE_DOMAIN_GROUP],
-    "apiVersions": [keys.COMPUTE_DOMAIN_VERSION],
-    "operations": ["CREATE", "UPDATE"],
-    "resources": [keys.COMPUTE_DOMAIN_PLURAL],
-}
+DOMAIN_WRITE_RULE = rule(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
 DOMAIN_IDENTITY_WEBHOOK = "validate-computedomain"
 
 
@@ -144,7 +145,7 @@ def scope_configurations(
 ) -> list[dict[str, Any]]:
     """A scope controller's two configurations: its workload webhooks (`mutating`, `validating`), the pod webhook
     (`scopes.register`'s `mutate-pod`, only for pods stamped with the scope) and the domain identity webhook."""
-    pod_rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    pod_rule = rule("v1", "pods", ("CREATE",))
     pods = entry(
         controller,
         "mutate-pod",
