@@ -7,9 +7,9 @@ of the run's namespace by writer, resource and verb, and divides by R.
 
 Writers: the testbed runs each mnnvl controller under a client-certificate user named after it (both send the
 same user agents, so the audit `userAgent` cannot tell them apart); every other component uses the admin
-certificate and is named by its user agent (kube-controller-manager, the LWS manager, and `python` for the
-benchmark itself and the DRA driver simulator). Upstream LWS's writes (LWS manager and the StatefulSet
-controller in kube-controller-manager) are the baseline: mnnvl's writes per group are reported as a ratio to
+certificate and is named by its user agent (kube-controller-manager, the LWS manager, NVIDIA's controller, and
+`python` for the benchmark itself and the testbed's stand-ins). Upstream LWS's writes (LWS manager and the
+StatefulSet controller in kube-controller-manager) are the baseline: mnnvl's writes per group are reported as a ratio to
 theirs. Run: `./dev bench writes --groups 50`.
 """
 
@@ -49,7 +49,7 @@ def writer(entry: dict[str, Any]) -> str:
     if agent == "kube-controller-manager":  # `.../kubernetes/$Format/statefulset-controller`
         return f"{agent}/{user_agent.rsplit('/', 1)[-1]}"
     if agent.startswith("OpenAPI-Generator"):
-        return "python (bench, DRA simulator)"
+        return "python (bench, testbed stand-ins)"
     return agent
 
 

@@ -58,7 +58,7 @@ def lws_replicas(testbed: cluster.Testbed, lws_controller: list[controllers.Repl
 
 @pytest.fixture
 def ns(api: kube.Kube, request: pytest.FixtureRequest, mnnvl: None) -> Iterator[str]:
-    """A namespace per test; afterwards, the DRA simulator must have recorded no teardown of an in-use domain."""
+    """A namespace per test; afterwards, the teardown witness must have recorded no teardown of an in-use domain."""
     prefix = request.node.name.replace("_", "-").lower().removeprefix("test-")
     with testing.namespace(api, prefix) as name:
         yield name

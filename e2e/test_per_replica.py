@@ -8,7 +8,7 @@ import yaml
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, crds, processes, testing, versions
+from mnnvl_testbed import cluster, crds, dra_driver, processes, testing, versions
 
 from . import workloads
 
@@ -70,7 +70,7 @@ def test_leaders_stay_gated_until_their_domain_and_claim_template_exist(
 ) -> None:
     """Pods are held by a scheduling gate until their ComputeDomain and its ResourceClaimTemplate exist."""
     supervisor = processes.Supervisor(testbed.state_dir)
-    supervisor.stop("dra-simulator")  # no driver: domains get no claim template
+    supervisor.stop(dra_driver.COMPONENT)  # no driver: domains get no claim template
     try:
         workloads.create_lws(api, ns, workloads.lws_manifest("held", replicas=1, size=2))
 
@@ -89,8 +89,7 @@ def test_leaders_stay_gated_until_their_domain_and_claim_template_exist(
         )
         assert all(p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName") for p in pods)
     finally:
-        command, env = cluster.simulator_command(testbed)
-        supervisor.start("dra-simulator", command, env=env)
+        cluster.start_driver_part(supervisor, testbed, dra_driver.COMPONENT)
     pods = workloads.wait_groups_running(api, ns, "held", replicas=1, size=2)
     claims = api.list_objects("resource.k8s.io/v1", "resourceclaims", namespace=ns)
     assert len(claims) == 2

@@ -13,7 +13,7 @@ from typing import Any
 
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, processes, testing
+from mnnvl_testbed import cluster, dra_driver, processes, testing
 
 from . import workloads
 
@@ -36,7 +36,7 @@ def test_one_compute_domain_per_active_slice_and_revision_shared_across_enrolled
 ) -> None:
     """Per DisaggregatedSet slice (disaggregatedset.x-k8s.io/auto-compute-domain: "enabled"): one ComputeDomain per active (slice, revision), shared across enrolled roles (such as prefill and decode) within the same slice."""
     supervisor = processes.Supervisor(testbed.state_dir)
-    supervisor.stop("dra-simulator")  # no driver: domains get no claim template, so enrolled pods stay gated
+    supervisor.stop(dra_driver.COMPONENT)  # no driver: domains get no claim template, so enrolled pods stay gated
     try:
         created = workloads.create_ds(api, ns, workloads.ds_example())
         name = created["metadata"]["name"]
@@ -59,8 +59,7 @@ def test_one_compute_domain_per_active_slice_and_revision_shared_across_enrolled
         )
         assert all(not p["spec"].get("nodeName") for p in held if workloads.role_of(p) != "encoder")
     finally:
-        command, env = cluster.simulator_command(testbed)
-        supervisor.start("dra-simulator", command, env=env)
+        cluster.start_driver_part(supervisor, testbed, dra_driver.COMPONENT)
 
     per_slice = workloads.wait_slices_running(api, ns, name, pods_per_slice={0: 5, 1: 5})
     revisions = {s: workloads.revision_of(pods[0]) for s, pods in per_slice.items()}
@@ -326,7 +325,7 @@ def test_rollouts_and_slice_changes_replace_slice_domains_only_once_their_pods_a
 
     # A rolling update with maxSurge: 0: each slice gets a new domain for the new revision, and the old one goes
     # only once the old revision has drained (never while a pod uses it: checked on every look, and by the
-    # DRA simulator, which records any teardown of a domain in use).
+    # teardown witness, which records any teardown of a domain in use).
     workloads.set_role_image(api, ns, "llm", 0, "nvcr.io/nvidia/vllm:2")
     seen: set[str] = set()
     rolled = wait_slices(api, ns, "llm", {0: 3, 1: 3}, seen, not_revision=old)

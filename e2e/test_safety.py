@@ -66,8 +66,8 @@ def users(domain: kube.Object, pods: list[kube.Object]) -> list[str]:
 class InUseDeletions:
     """Polls a namespace from a thread and records every ComputeDomain seen being deleted while a pod uses it.
 
-    The DRA simulator's teardown Events name only the pods that hold a domain's claim; a CPU-only leader records
-    its domain without one, so a domain deleted under it alone would go unnoticed there. Domains are listed
+    The teardown witness judges only once the driver acts, a watch event late; this poller sees the deletion
+    itself, CPU-only leaders (which record their domain without holding its claim) included. Domains are listed
     before pods: a pod admitted onto a domain after its deletion began would itself be a failure, and the
     protection finalizer keeps a domain deleted in use visible (Terminating) until its pods are gone.
     """

@@ -52,7 +52,7 @@ def release_protection(api: kube.Kube, ns: str, name: str) -> None:
 
 
 def brought_up(api: kube.Kube, ns: str, name: str) -> kube.Object:
-    """The domain once the DRA simulator made it Ready and created its claim template."""
+    """The domain once the driver made it Ready and created its claim template."""
 
     def ready() -> kube.Object | None:
         domain = api.get(crds.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns)

@@ -1,5 +1,5 @@
 """The testbed is real Kubernetes: upstream LWS creates workloads, the scheduler allocates DRA claims, and
-the DRA simulator tears ComputeDomains down the way the NVIDIA driver does."""
+NVIDIA's real ComputeDomain controller brings domains up and tears them down, watched by the teardown witness."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import building, cluster, manifests, processes, testing, thirdparty, versions
+from mnnvl_testbed import building, cluster, dra_driver, manifests, processes, testing, thirdparty, versions
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 DS_API = "disaggregatedset.x-k8s.io/v1"
@@ -119,7 +119,7 @@ def test_upstream_lws_creates_statefulsets_and_pods_that_run_on_fake_nodes(api: 
 def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(api: kube.Kube, ns: str) -> None:
     create_domain(api, ns, "cd-a")
     template = testing.wait_for(
-        lambda: claim_template(api, ns, "cd-a-channel"), what="the simulator to create the claim template", timeout=30
+        lambda: claim_template(api, ns, "cd-a-channel"), what="the driver to create the claim template", timeout=30
     )
     assert template["metadata"]["labels"][manifests.DRIVER_TARGET_LABEL] == "Workload"
     assert not template["metadata"].get("ownerReferences")
@@ -132,6 +132,70 @@ def test_pods_claiming_the_channel_get_allocated_claims_and_never_share_a_node(a
     for claim in claims:
         [result] = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["device"]) == (keys.COMPUTE_DOMAIN_DRIVER, "channel-0")
+
+
+def daemon_sets(api: kube.Kube, uid: str) -> list[kube.Object]:
+    """The driver's DaemonSets of the domain with `uid`, in the driver's namespace."""
+    return api.list_objects(
+        "apps/v1", "daemonsets", namespace=dra_driver.NAMESPACE, labelSelector=f"{manifests.DRIVER_LABEL}={uid}"
+    )
+
+
+def test_the_real_driver_brings_a_domain_up_with_its_finalizers_a_daemon_set_and_ready_status(
+    api: kube.Kube, ns: str
+) -> None:
+    """What the driver's controller (v25.12.0, driverManaged) does for a domain with numNodes 0, as mnnvl relies
+    on it: its finalizer on the domain and on the workload claim template, a DaemonSet and a daemon claim template
+    per domain in its own namespace, and the domain Ready once the workload claim template exists (no daemon pod
+    is needed: kwok nodes get none, since no kubelet plugin labels them)."""
+    create_domain(api, ns, "cd-up")
+
+    def ready() -> kube.Object | None:
+        domain = api.get(CD_API, keys.COMPUTE_DOMAIN_PLURAL, "cd-up", namespace=ns)
+        return domain if domain and (domain.get("status") or {}).get("status") == "Ready" else None
+
+    domain = testing.wait_for(ready, what="the domain Ready", timeout=30)
+    uid = domain["metadata"]["uid"]
+    assert domain["metadata"]["finalizers"] == [manifests.COMPUTE_DOMAIN_FINALIZER]
+    template = claim_template(api, ns, "cd-up-channel")
+    assert template is not None
+    assert template["metadata"]["finalizers"] == [manifests.COMPUTE_DOMAIN_FINALIZER]
+    assert template["metadata"]["labels"] == {manifests.DRIVER_LABEL: uid, manifests.DRIVER_TARGET_LABEL: "Workload"}
+    [config] = template["spec"]["spec"]["devices"]["config"]
+    assert config["opaque"]["parameters"]["domainID"] == uid
+    [daemon_set] = testing.wait_for(lambda: daemon_sets(api, uid), what="the domain's DaemonSet", timeout=30)
+    assert daemon_set["metadata"]["name"] == f"computedomain-daemon-{uid}"
+    assert daemon_set["metadata"]["finalizers"] == [manifests.COMPUTE_DOMAIN_FINALIZER]
+    assert daemon_set["spec"]["template"]["spec"]["nodeSelector"] == {manifests.DRIVER_LABEL: uid}
+    daemon_templates = api.list_objects(
+        DRA_API,
+        "resourceclaimtemplates",
+        namespace=dra_driver.NAMESPACE,
+        labelSelector=f"{manifests.DRIVER_LABEL}={uid},{manifests.DRIVER_TARGET_LABEL}=Daemon",
+    )
+    assert len(daemon_templates) == 1
+    assert not any(
+        manifests.DRIVER_LABEL in node["metadata"].get("labels", {}) for node in api.list_objects("v1", "nodes")
+    )
+
+
+def test_the_driver_controller_acts_as_its_charts_service_account_with_the_charts_rbac(
+    testbed: cluster.Testbed,
+) -> None:
+    """The controller authenticates as the ServiceAccount its chart names, and may do what the chart's RBAC grants
+    and nothing else: a driver that needed more than its chart gives would fail here, not at a user's."""
+    api = testbed.api()
+    account = dra_driver.service_account()
+    kubeconfig = testbed.state_dir / dra_driver.COMPONENT / "serviceaccount.kubeconfig"
+    assert f"system:serviceaccount:{dra_driver.NAMESPACE}:{account}" in kubeconfig.read_text()
+    granted = {"verb": "update", "group": keys.COMPUTE_DOMAIN_GROUP, "resource": keys.COMPUTE_DOMAIN_PLURAL}
+    assert testing.service_account_allowed(api, dra_driver.NAMESPACE, account, granted)
+    for refused in (
+        {"verb": "delete", "group": keys.COMPUTE_DOMAIN_GROUP, "resource": keys.COMPUTE_DOMAIN_PLURAL},
+        {"verb": "delete", "group": "", "resource": "pods"},
+        {"verb": "patch", "group": "", "resource": "pods"},
+    ):
+        assert not testing.service_account_allowed(api, dra_driver.NAMESPACE, account, refused), refused
 
 
 def test_one_node_cannot_hold_two_channel_claims(api: kube.Kube, ns: str) -> None:
@@ -193,6 +257,13 @@ def test_deleting_a_domain_tears_it_down_at_once_and_names_the_pods_still_using_
         timeout=30,
     )
     assert remaining["metadata"]["deletionTimestamp"]
+    assert daemon_sets(api, remaining["metadata"]["uid"]) == []
+    # Nothing stops the pod: on a real node its IMEX daemon is gone (CUDA error 719); here it runs on, its claim
+    # allocated from a template that no longer exists.
+    [user] = testing.running(testing.pods(api, ns))
+    [claim] = api.list_objects(DRA_API, "resourceclaims", namespace=ns)
+    assert claim["status"]["allocation"]["devices"]["results"][0]["device"] == "channel-0"
+    assert claim["metadata"]["ownerReferences"][0]["name"] == user["metadata"]["name"]
     api.request("PATCH", domain_path, body={"metadata": {"finalizers": None}}, content_type=kube.MERGE_PATCH)
 
 

@@ -120,19 +120,25 @@ def test_lws_webhooks_are_pointed_at_the_local_manager_and_pod_webhooks_only_see
     assert upstream[0]["metadata"]["name"] == "mutating-webhook-configuration"
 
 
-def test_the_workload_claim_template_requests_the_default_channel_and_has_no_owner() -> None:
-    domain = {
-        "metadata": {"name": "cd", "namespace": "ns", "uid": "u-1"},
-        "spec": {"channel": {"resourceClaimTemplate": {"name": "cd-channel"}}},
+def test_a_container_command_gets_its_variables_as_a_kubelet_expands_them() -> None:
+    command = ["compute-domain-controller", "-v", "$(LOG_VERBOSITY)", "$(UNSET)"]
+    container: dict[str, Any] = {
+        "command": command,
+        "env": [
+            {"name": "LOG_VERBOSITY", "value": 2},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
     }
-    template = manifests.workload_claim_template(domain)
-    assert template["metadata"] == {
-        "name": "cd-channel",
-        "namespace": "ns",
-        "labels": {manifests.DRIVER_LABEL: "u-1", manifests.DRIVER_TARGET_LABEL: "Workload"},
-    }
-    request = template["spec"]["spec"]["devices"]["requests"][0]
-    assert request == {"name": "channel", "exactly": {"deviceClassName": keys.CHANNEL_DEVICE_CLASS}}
+    environment = manifests.container_environment(container, pod_name="dra-controller-0", namespace="driver")
+    assert environment == {"LOG_VERBOSITY": "2", "POD_NAME": "dra-controller-0", "NAMESPACE": "driver"}
+    # A reference to an unset variable stays as written, as a kubelet leaves it.
+    assert manifests.expanded_command(command, environment) == [
+        "compute-domain-controller",
+        "-v",
+        "2",
+        "$(UNSET)",
+    ]
 
 
 def test_a_pid_file_naming_another_program_is_never_signalled(tmp_path: pathlib.Path) -> None:

@@ -3,6 +3,7 @@ source archive, or `up` says exactly what is missing."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import pathlib
@@ -18,11 +19,12 @@ REFUSED = (
 )
 
 
-def source_archive(directory: pathlib.Path, top: str = "tool-v1.2.3") -> versions.SourceArchive:
-    """A tiny `.tar.gz` of a module tree in `directory`, pinned by its real sha256."""
+def source_archive(directory: pathlib.Path, top: str | None = "tool-v1.2.3") -> versions.SourceArchive:
+    """A tiny `.tar.gz` of a module tree in `directory` (under `top`, or at its root), pinned by its real sha256."""
     buffer = io.BytesIO()
+    prefix = f"{top}/" if top else ""
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, text in ((f"{top}/go.mod", "module example.com/tool\n"), (f"{top}/config/crd.yaml", "kind: X\n")):
+        for name, text in ((f"{prefix}go.mod", "module example.com/tool\n"), (f"{prefix}config/crd.yaml", "kind: X\n")):
             data = text.encode()
             member = tarfile.TarInfo(name)
             member.size = len(data)
@@ -30,7 +32,7 @@ def source_archive(directory: pathlib.Path, top: str = "tool-v1.2.3") -> version
     path = directory / "tool-v1.2.3-src.tar.gz"
     path.write_bytes(buffer.getvalue())
     pinned = versions.ThirdPartyFile(path=path.name, sha256=hashlib.sha256(buffer.getvalue()).hexdigest())
-    return versions.SourceArchive(file=pinned, top_directory="tool-v1.2.3")
+    return versions.SourceArchive(file=pinned, top_directory=top)
 
 
 def tool(archive: versions.SourceArchive) -> versions.GoTool:
@@ -76,12 +78,35 @@ def test_a_refused_module_is_unpacked_from_its_pinned_archive_once(
     monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(tmp_path))
     archive = source_archive(tmp_path)
     source = building.source_dir(tool(archive))
-    assert source == cache / "sources" / "tool-v1.2.3"
+    assert source == cache / "sources" / "tool-v1.2.3-src"
     assert (source / "config" / "crd.yaml").read_text() == "kind: X\n"
     (source / "config" / "crd.yaml").write_text("kind: Y\n")  # a reused tree is not unpacked again
     assert building.source_dir(tool(archive)) == source
     assert (source / "config" / "crd.yaml").read_text() == "kind: Y\n"
-    assert sorted(path.name for path in (cache / "sources").iterdir()) == ["tool-v1.2.3"]
+    assert sorted(path.name for path in (cache / "sources").iterdir()) == ["tool-v1.2.3-src"]
+
+
+def test_an_archive_only_tool_never_asks_the_proxy_and_unpacks_an_archive_without_a_top_directory(
+    tmp_path: pathlib.Path, cache: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def asked(module: str, version: str) -> pathlib.Path:
+        raise AssertionError(f"the proxy was asked for {module}@{version}")
+
+    monkeypatch.setattr(building, "module_dir", asked)
+    archive = source_archive(tmp_path, top=None)
+    archive_only = dataclasses.replace(tool(archive), archive_only=True)
+    monkeypatch.delenv(thirdparty.ENVIRONMENT_VARIABLE, raising=False)
+    with pytest.raises(building.BuildError) as failure:
+        building.source_dir(archive_only)
+    assert str(failure.value) == (
+        "example.com/tool v1.2.3 is built from its source archive only (no module proxy serves it) and "
+        "MNNVL_TESTBED_THIRD_PARTY is not set: set it to a directory holding "
+        f"tool-v1.2.3-src.tar.gz (sha256 {archive.file.sha256})"
+    )
+    monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(tmp_path))
+    source = building.source_dir(archive_only)
+    assert source == cache / "sources" / "tool-v1.2.3-src"
+    assert (source / "go.mod").read_text() == "module example.com/tool\n"
 
 
 @pytest.mark.usefixtures("refused_by_the_proxy", "cache")

@@ -68,42 +68,49 @@ def source_dir(tool: versions.GoTool) -> pathlib.Path:
 
 def _source(tool: versions.GoTool) -> tuple[pathlib.Path, bool]:
     """(source directory, whether it was unpacked from the tool's source archive)."""
+    if tool.archive_only:
+        assert tool.source_archive is not None, f"{tool.name} is archive-only but names no source archive"
+        reason = f"{tool.module} {tool.version} is built from its source archive only (no module proxy serves it)"
+        return unpacked_archive(tool.source_archive, reason=reason), True
     try:
         return module_dir(tool.module, tool.version), False
     except BuildError as refused:
         if tool.source_archive is None:
             raise
-        return unpacked_archive(tool, tool.source_archive, refused=str(refused)), True
+        reason = f"{tool.module} {tool.version} is not served by the Go module proxy ({' '.join(str(refused).split())})"
+        return unpacked_archive(
+            tool.source_archive, reason=reason, otherwise=f"a GOPROXY that serves {tool.module}@{tool.version}"
+        ), True
 
 
-def unpacked_archive(tool: versions.GoTool, archive: versions.SourceArchive, *, refused: str) -> pathlib.Path:
-    """The archive's tree under `<cache>/sources/<top directory>`, unpacked once its sha256 is checked.
+def unpacked_archive(archive: versions.SourceArchive, *, reason: str, otherwise: str | None = None) -> pathlib.Path:
+    """The archive's tree under `<cache>/sources/<archive name>`, unpacked once its sha256 is checked; `reason`
+    says, in errors, why the archive is needed, and `otherwise` what could be used instead.
 
     The archive is required (and checked) on every use, even when an unpacked tree is cached: the tree is a
     cache of the archive, not a source of its own.
     """
-    refusal = f"{tool.module} {tool.version} is not served by the Go module proxy ({' '.join(refused.split())})"
     if thirdparty.directory() is None:
         raise BuildError(
-            f"{refusal} and {thirdparty.ENVIRONMENT_VARIABLE} is not set: set it to a directory holding "
-            f"{archive.file.path} (sha256 {archive.file.sha256}), or use a GOPROXY that serves "
-            f"{tool.module}@{tool.version}"
+            f"{reason} and {thirdparty.ENVIRONMENT_VARIABLE} is not set: set it to a directory holding "
+            f"{archive.file.path} (sha256 {archive.file.sha256}){f', or use {otherwise}' if otherwise else ''}"
         )
     try:
         tarball = thirdparty.verified_path(archive.file)
     except thirdparty.ThirdPartyError as unusable:
-        raise BuildError(f"{refusal} and its source archive is not usable: {unusable}") from unusable
-    target = cache_root() / "sources" / archive.top_directory
+        raise BuildError(f"{reason} and its source archive is not usable: {unusable}") from unusable
+    target = cache_root() / "sources" / archive.name
     marker = target / ".mnnvl-testbed-sha256"  # Go ignores dot files
     if marker.is_file() and marker.read_text().strip() == archive.file.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        destination = pathlib.Path(scratch) / "unpacked"
         with tarfile.open(tarball) as opened:
-            opened.extractall(scratch, filter="data")
-        unpacked = pathlib.Path(scratch) / archive.top_directory
-        if not (unpacked / "go.mod").is_file():
-            raise BuildError(f"{tarball} does not unpack to {archive.top_directory}/go.mod")
+            opened.extractall(destination, filter="data")
+        unpacked = destination if archive.top_directory is None else destination / archive.top_directory
+        if not unpacked.is_dir():
+            raise BuildError(f"{tarball} does not unpack to {archive.top_directory}/")
         (unpacked / marker.name).write_text(archive.file.sha256 + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -166,6 +173,9 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
         (work / "main.go").write_text(tool.main_source)
         _go("get", f"{tool.module}@{tool.version}", cwd=work)
         _go("mod", "tidy", cwd=work)
+    elif tool.archive_only:
+        _build_in_archive(tool, target)
+        return
     elif tool.source_archive is not None and (source := _source(tool))[1]:
         # The module itself is refused, its dependencies are served: point the module at the unpacked tree.
         _go(
@@ -187,8 +197,20 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
         built.replace(target)
 
 
-def _go(*args: str, cwd: pathlib.Path) -> str:
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+def _build_in_archive(tool: versions.GoTool, target: pathlib.Path) -> None:
+    """Build the tool in its unpacked archive, as its own module: from its vendor directory where it has one (then
+    nothing is downloaded), else with its dependencies from the module proxy."""
+    source, _ = _source(tool)
+    mode = "-mod=vendor" if (source / "vendor" / "modules.txt").is_file() else "-mod=mod"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = pathlib.Path(scratch) / tool.name
+        _go("build", "-ldflags", " ".join(tool.ldflags), "-o", str(built), tool.package, cwd=source, mod=mode)
+        built.replace(target)
+
+
+def _go(*args: str, cwd: pathlib.Path, mod: str = "-mod=mod") -> str:
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": mod, "GOTOOLCHAIN": "local"}
     result = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])

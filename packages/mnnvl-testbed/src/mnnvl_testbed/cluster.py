@@ -1,7 +1,8 @@
 """Bringing the local control plane up and down.
 
 Order: etcd → kube-apiserver → CRDs and DRA objects → kube-controller-manager, kube-scheduler, kwok →
-fake nodes → NVIDIA DRA driver simulator → upstream LWS manager and its webhooks. Every component runs
+fake nodes → teardown witness, kubelet plugin stand-in, NVIDIA's ComputeDomain controller → upstream LWS manager
+and its webhooks. Every component runs
 as a detached process; `state.json` in the state dir records ports, paths, the component versions, the
 clique size and the CRD releases, so later commands and test sessions reuse a running testbed.
 """
@@ -27,7 +28,7 @@ import yaml
 from mnnvl_api import keys
 from mnnvl_runtime import certs, kube
 
-from . import building, crds, manifests, processes, simulator, thirdparty, versions, waiting
+from . import building, crds, dra_driver, kubelet_plugin, manifests, processes, thirdparty, versions, waiting
 
 DEFAULT_NODES = 8
 FIELD_MANAGER = "mnnvl-testbed"
@@ -39,7 +40,7 @@ COMPONENTS = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
-    "dra-simulator",
+    *dra_driver.PARTS,
     "lws-manager",
 )
 
@@ -256,7 +257,7 @@ def up(
     _install_apis(api, testbed)
     _start_control_loops(supervisor, binaries, testbed)
     create_nodes(api, nodes=testbed.nodes, nodes_per_clique=testbed.nodes_per_clique)
-    _start_simulator(supervisor, testbed)
+    _start_driver(supervisor, testbed)
     _start_lws(supervisor, binaries["lws-manager"], testbed, ca, pki_dir)
     _wait_nodes_ready(supervisor, api, nodes)
     testbed.save()
@@ -286,7 +287,7 @@ def _reuse(
         create_nodes(api, nodes=testbed.nodes, nodes_per_clique=testbed.nodes_per_clique)
         _wait_nodes_ready(processes.Supervisor(testbed.state_dir), api, nodes)
     if computedomain_crd is not None and computedomain_crd != testbed.computedomain_crd:
-        simulator.install_api(api, computedomain_crd)
+        crds.install_computedomain_crd(api, computedomain_crd)
         testbed = dataclasses.replace(testbed, computedomain_crd=computedomain_crd)
     if topology_crds is not None and topology_crds != testbed.topology_crds:
         crds.install_topology_crds(api, topology_crds)
@@ -308,6 +309,7 @@ def _shape(testbed: Testbed) -> str:
 def _check_third_party(computedomain_crd: str | None, topology_crds: str | None) -> None:
     """Fail before minutes of building when an input from the third-party directory is missing or altered."""
     building.source_dir(versions.LWS_MANAGER)
+    dra_driver.source()
     thirdparty.verified_path(versions.COMPUTE_DOMAIN_CRDS[computedomain_crd or versions.COMPUTE_DOMAIN_CRD].file)
     if topology_crds is not None:
         thirdparty.verified_path(versions.TOPOLOGY_CRDS[topology_crds].kai_topology)
@@ -332,6 +334,29 @@ def write_kubeconfig(path: pathlib.Path, testbed: Testbed, user: str, credential
 def write_token_kubeconfig(path: pathlib.Path, testbed: Testbed, user: str, token: str) -> None:
     """A kubeconfig for `user`, authenticated by a bearer token (a ServiceAccount's)."""
     write_kubeconfig_for(path, testbed, user, {"token": token})
+
+
+#: How long the ServiceAccount tokens the testbed's processes use stay valid (a testbed runs for hours at most).
+TOKEN_SECONDS = 24 * 3600
+
+
+def service_account_kubeconfig(testbed: Testbed, namespace: str, account: str, path: pathlib.Path) -> pathlib.Path:
+    """Write to `path` a kubeconfig for ServiceAccount `namespace/account`, with a token the API server issues for
+    it (TokenRequest); return `path`."""
+    answer = testbed.api().request(
+        "POST",
+        kube.path_of("v1", "serviceaccounts", namespace=namespace, name=account) + "/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": TOKEN_SECONDS},
+        },
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_token_kubeconfig(
+        path, testbed, f"system:serviceaccount:{namespace}:{account}", str(answer["status"]["token"])
+    )
+    return path
 
 
 def _encoded(file: pathlib.Path) -> str:
@@ -450,7 +475,7 @@ def apiserver_stopped(testbed: Testbed) -> Iterator[None]:
 def _install_apis(api: kube.Kube, testbed: Testbed) -> None:
     lws_crds = building.source_dir(versions.LWS_MANAGER) / "config" / "crd" / "bases"
     crds.install(api, [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))])
-    simulator.install_api(api, testbed.computedomain_crd)
+    dra_driver.install(api, testbed.computedomain_crd)
     if testbed.topology_crds is not None:
         crds.install_topology_crds(api, testbed.topology_crds)
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}}, "namespaces")
@@ -511,17 +536,20 @@ def restart_exited(testbed: Testbed) -> list[str]:
     faults stop and start themselves): what a kubelet does for a crashed static pod or container. Returns their
     names."""
     supervisor = processes.Supervisor(testbed.state_dir)
+    exited = [name for name in COMPONENTS[2:] if not supervisor.alive(name)]
+    if not exited:
+        return []
     binaries = building.ensure_binaries()
-    commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
-        name: (command, None) for name, command in _control_loop_commands(binaries, testbed).items()
-    }
-    commands["dra-simulator"] = simulator_command(testbed)
-    commands["lws-manager"] = _lws_command(binaries["lws-manager"], testbed)
-    restarted = [name for name in commands if not supervisor.alive(name)]
-    for name in restarted:
-        command, env = commands[name]
-        supervisor.start(name, command, env=env)
-    return restarted
+    loops = _control_loop_commands(binaries, testbed)
+    for name in exited:
+        if name in loops:
+            supervisor.start(name, loops[name])
+        elif name == "lws-manager":
+            command, env = _lws_command(binaries["lws-manager"], testbed)
+            supervisor.start(name, command, env=env)
+        else:
+            start_driver_part(supervisor, testbed, name)
+    return exited
 
 
 def _kwok_stages(testbed: Testbed) -> pathlib.Path:
@@ -549,14 +577,29 @@ def create_nodes(api: kube.Kube, *, nodes: int, nodes_per_clique: int) -> None:
         api.request("PATCH", status_path, body={"status": node["status"]}, content_type=kube.MERGE_PATCH)
 
 
-def simulator_command(testbed: Testbed) -> tuple[list[str], dict[str, str]]:
-    """How the DRA driver simulator runs: (command, environment)."""
-    return simulator.command(testbed.kubeconfig)
+def driver_commands(testbed: Testbed) -> dra_driver.Commands:
+    """How the NVIDIA driver's parts run, by component name: (command, environment). The controller authenticates as
+    its chart's ServiceAccount, with a token issued for this start."""
+    controller_kubeconfig = service_account_kubeconfig(
+        testbed,
+        dra_driver.NAMESPACE,
+        dra_driver.service_account(),
+        testbed.state_dir / dra_driver.COMPONENT / "serviceaccount.kubeconfig",
+    )
+    return dra_driver.commands(
+        kubeconfig=testbed.kubeconfig, controller_kubeconfig=controller_kubeconfig, state_dir=testbed.state_dir
+    )
 
 
-def _start_simulator(supervisor: processes.Supervisor, testbed: Testbed) -> None:
-    command, env = simulator_command(testbed)
-    supervisor.start("dra-simulator", command, env=env)
+def start_driver_part(supervisor: processes.Supervisor, testbed: Testbed, name: str) -> None:
+    """Start one of the driver's parts (`dra_driver.PARTS`), as `up` starts it."""
+    dra_driver.start(supervisor, driver_commands(testbed), name)
+
+
+def _start_driver(supervisor: processes.Supervisor, testbed: Testbed) -> None:
+    commands = driver_commands(testbed)
+    for name in dra_driver.PARTS:
+        dra_driver.start(supervisor, commands, name)
 
 
 def _start_lws(
@@ -604,7 +647,11 @@ def _lws_command(binary: pathlib.Path, testbed: Testbed) -> tuple[list[str], dic
 def _wait_nodes_ready(supervisor: processes.Supervisor, api: kube.Kube, count: int) -> None:
     def ready_nodes() -> bool:
         nodes = api.list_objects("v1", "nodes", labelSelector=f"{manifests.TESTBED_NODE_LABEL}=true")
-        return sum(1 for node in nodes if kube.is_condition_true(node, "Ready")) >= count
+        # Ready, and the node lifecycle controller has lifted its not-ready taint: pods can be scheduled there.
+        return (
+            sum(1 for node in nodes if kube.is_condition_true(node, "Ready") and not node["spec"].get("taints"))
+            >= count
+        )
 
     def published_slices() -> bool:
         slices = api.list_objects("resource.k8s.io/v1", "resourceslices")
@@ -612,7 +659,7 @@ def _wait_nodes_ready(supervisor: processes.Supervisor, api: kube.Kube, count: i
 
     for name, what, condition in (
         ("kwok", f"{count} fake nodes to be Ready", ready_nodes),
-        ("dra-simulator", f"{count} channel ResourceSlices", published_slices),
+        (kubelet_plugin.COMPONENT, f"{count} channel ResourceSlices", published_slices),
     ):
         try:
             waiting.wait_for(condition, what=what, timeout=90)

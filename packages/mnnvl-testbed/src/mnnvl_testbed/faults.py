@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from mnnvl_api import keys
 
-from . import cluster, controllers, processes, proxy, release
+from . import cluster, controllers, dra_driver, processes, proxy, release
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ class Faults:
 
     def slow_driver(self, rng: random.Random) -> str:
         seconds = rng.uniform(5, 15)
-        self._pause("dra-simulator", seconds)
+        self._pause(dra_driver.COMPONENT, seconds)
         return f"the driver answered nothing for {seconds:.0f}s"
 
     def _pause(self, name: str, seconds: float) -> None:

@@ -1,6 +1,6 @@
 """The e2e suite's second backend: a kind cluster (created with pytest-kind-ng) with mnnvl installed as users
-install it, from its image and its chart, beside upstream LWS, kwok's fake GB200 nodes and the DRA driver
-simulator.
+install it, from its image and its chart, beside upstream LWS, kwok's fake GB200 nodes and NVIDIA's
+ComputeDomain controller (run locally against the cluster, as the testbed runs it).
 
 It needs a container engine, which the project's machines do not have, so it is not exercised there
 (docs/testing.md). Chosen without one, it fails; it never skips.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from mnnvl_runtime import kube
 
-from . import cluster, controllers, manifests, processes, simulator, testing, versions
+from . import cluster, controllers, dra_driver, manifests, processes, testing, versions
 
 TESTBED = "testbed"
 KIND = "kind"
@@ -113,7 +113,7 @@ def chart_command(tools: dict[str, str], *, root: pathlib.Path, kubeconfig: path
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Installation:
-    """A kind cluster with mnnvl installed and the DRA driver simulator running against it."""
+    """A kind cluster with mnnvl installed and the NVIDIA driver's parts running against it."""
 
     kubeconfig: pathlib.Path
     state_dir: pathlib.Path
@@ -122,7 +122,8 @@ class Installation:
         return kube.Kube(kube.load_api_client(self.kubeconfig), field_manager=cluster.FIELD_MANAGER)
 
     def stop(self) -> None:
-        processes.Supervisor(self.state_dir).stop("dra-simulator")
+        for name in reversed(dra_driver.PARTS):
+            processes.Supervisor(self.state_dir).stop(name)
 
 
 def install(
@@ -135,16 +136,20 @@ def install(
         _check(command)
     installation = Installation(kubeconfig=kubeconfig, state_dir=state_dir)
     api = installation.api()
-    simulator.install_api(api, versions.COMPUTE_DOMAIN_CRD)
+    dra_driver.install(api, versions.COMPUTE_DOMAIN_CRD)
     _check(chart_command(tools, root=root, kubeconfig=kubeconfig))
     cluster.create_nodes(api, nodes=testing.TEST_NODES, nodes_per_clique=manifests.NODES_PER_CLIQUE)
-    command, env = simulator.command(kubeconfig)
-    processes.Supervisor(state_dir).start("dra-simulator", command, env=env)
+    # The controller runs with the cluster's admin kubeconfig here: kind's own, whose tokens the testbed cannot issue.
+    commands = dra_driver.commands(kubeconfig=kubeconfig, controller_kubeconfig=kubeconfig, state_dir=state_dir)
+    for part in dra_driver.PARTS:
+        dra_driver.start(processes.Supervisor(state_dir), commands, part)
 
     def channels_published() -> bool:
         return len(api.list_objects("resource.k8s.io/v1", "resourceslices")) >= testing.TEST_NODES
 
-    testing.wait_for(channels_published, what="the DRA simulator to publish a channel per fake node", timeout=120)
+    testing.wait_for(
+        channels_published, what="the kubelet plugin stand-in to publish a channel per fake node", timeout=120
+    )
     return installation
 
 

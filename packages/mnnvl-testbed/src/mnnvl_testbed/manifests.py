@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 import uuid
 from typing import Any
 
@@ -52,20 +53,6 @@ def fake_node(index: int, *, nodes_per_clique: int = NODES_PER_CLIQUE) -> dict[s
     }
 
 
-def channel_device_class() -> dict[str, Any]:
-    expression = (
-        f"device.driver == '{keys.COMPUTE_DOMAIN_DRIVER}' && "
-        f"device.attributes['{keys.COMPUTE_DOMAIN_DRIVER}'].type == 'channel' && "
-        f"device.attributes['{keys.COMPUTE_DOMAIN_DRIVER}'].id == 0"
-    )
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": keys.CHANNEL_DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
-
-
 def channel_resource_slice(node: dict[str, Any]) -> dict[str, Any]:
     """One `channel-0` device per node, as the driver's kubelet plugin publishes it."""
     name = node["metadata"]["name"]
@@ -87,42 +74,6 @@ def channel_resource_slice(node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def workload_claim_template(domain: dict[str, Any]) -> dict[str, Any]:
-    """The workload ResourceClaimTemplate the driver creates for a ComputeDomain (no ownerReference)."""
-    uid = domain["metadata"]["uid"]
-    mode = domain["spec"]["channel"].get("allocationMode", "Single")
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {
-            "name": domain["spec"]["channel"]["resourceClaimTemplate"]["name"],
-            "namespace": domain["metadata"]["namespace"],
-            "labels": {DRIVER_LABEL: uid, DRIVER_TARGET_LABEL: "Workload"},
-        },
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "channel", "exactly": {"deviceClassName": keys.CHANNEL_DEVICE_CLASS}}],
-                    "config": [
-                        {
-                            "requests": ["channel"],
-                            "opaque": {
-                                "driver": keys.COMPUTE_DOMAIN_DRIVER,
-                                "parameters": {
-                                    "apiVersion": "resource.nvidia.com/v1beta1",
-                                    "kind": "ComputeDomainChannelConfig",
-                                    "domainID": uid,
-                                    "allocationMode": mode,
-                                },
-                            },
-                        }
-                    ],
-                }
-            }
-        },
-    }
-
-
 def local_lws_webhooks(upstream: list[dict[str, Any]], *, base_url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
     """Upstream LWS's webhook configurations, named as its installers name them, called by URL with our CA.
 
@@ -139,3 +90,20 @@ def local_lws_webhooks(upstream: list[dict[str, Any]], *, base_url: str, ca_bund
             if any("pods" in rule["resources"] for rule in webhook["rules"]):
                 webhook["objectSelector"] = pod_selector
     return configurations
+
+
+def container_environment(container: dict[str, Any], *, pod_name: str, namespace: str) -> dict[str, str]:
+    """A container's environment as a kubelet sets it for a pod `namespace/pod_name`: literal values as written,
+    the downward API's pod name and namespace filled in."""
+    downward = {"metadata.name": pod_name, "metadata.namespace": namespace}
+    return {
+        variable["name"]: str(variable["value"])
+        if "value" in variable
+        else downward[variable["valueFrom"]["fieldRef"]["fieldPath"]]
+        for variable in container.get("env", [])
+    }
+
+
+def expanded_command(command: list[str], environment: dict[str, str]) -> list[str]:
+    """A container's command with each `$(NAME)` of a set variable replaced by its value, as a kubelet expands it."""
+    return [re.sub(r"\$\((\w+)\)", lambda found: environment.get(found[1], found[0]), word) for word in command]

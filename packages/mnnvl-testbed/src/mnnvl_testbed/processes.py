@@ -73,7 +73,11 @@ class Supervisor:
         self.logs = state_dir / "logs"
         self.pids = state_dir / "pids"
 
-    def start(self, name: str, command: list[str], *, env: dict[str, str] | None = None) -> int:
+    def start(
+        self, name: str, command: list[str], *, env: dict[str, str] | None = None, program: str | None = None
+    ) -> int:
+        """Start `command` as component `name`. `program`: what the process runs in the end when the command sets
+        something up and then execs it: either is accepted when a pid is checked before a signal."""
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pids.mkdir(parents=True, exist_ok=True)
         executable = shutil.which(command[0]) or command[0]
@@ -94,7 +98,7 @@ class Supervisor:
         # Written aside and renamed into place: a reader (the chaos run's webhook stand-in asks which replicas are up
         # while one is started again) must never see the file empty.
         written = self.pids / f".{name}.pid.{pid}"
-        written.write_text(f"{pid} {command[0]}")
+        written.write_text("\n".join([f"{pid} {command[0]}", *([program] if program else [])]))
         os.replace(written, self.pids / f"{name}.pid")
         return pid
 
@@ -111,13 +115,13 @@ class Supervisor:
         path = self.pids / f"{name}.pid"
         if not path.exists():
             return None
-        pid_text, _, argv0 = path.read_text().partition(" ")
+        pid_text, _, programs = path.read_text().partition(" ")
         try:
             cmdline = pathlib.Path(f"/proc/{pid_text}/cmdline").read_bytes()
         except OSError:
             return None
         # Empty for a zombie: ours (reaping it is harmless); anything else must match what we started.
-        return int(pid_text) if not cmdline or cmdline.split(b"\0", 1)[0].decode() == argv0 else None
+        return int(pid_text) if not cmdline or cmdline.split(b"\0", 1)[0].decode() in programs.splitlines() else None
 
     def alive(self, name: str) -> bool:
         pid = self.pid(name)

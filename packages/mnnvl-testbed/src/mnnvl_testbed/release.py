@@ -24,7 +24,7 @@ import yaml
 from mnnvl_api import keys
 from mnnvl_runtime import kube
 
-from . import chart, cluster
+from . import chart, cluster, manifests
 
 RELEASE = "mnnvl"
 NAMESPACE = "mnnvl-system"
@@ -70,7 +70,6 @@ RESOURCES = {
 }
 #: What marks every object of the release (the chart's standard labels).
 RELEASE_SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
-TOKEN_SECONDS = 24 * 3600
 
 
 class Release:
@@ -181,32 +180,11 @@ def _apply(testbed: cluster.Testbed, blocks: dict[str, dict[str, Any]]) -> Relea
 
 def service_account_kubeconfig(testbed: cluster.Testbed, release: Release, controller: str) -> pathlib.Path:
     """A kubeconfig for `controller`'s ServiceAccount, with a token the API server issues for it."""
-    account = release.service_account(controller)
-    answer = testbed.api().request(
-        "POST",
-        kube.path_of("v1", "serviceaccounts", namespace=NAMESPACE, name=account) + "/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": TOKEN_SECONDS},
-        },
-    )
     path = testbed.state_dir / "controllers" / controller / "serviceaccount.kubeconfig"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cluster.write_token_kubeconfig(
-        path, testbed, f"system:serviceaccount:{NAMESPACE}:{account}", str(answer["status"]["token"])
-    )
-    return path
+    return cluster.service_account_kubeconfig(testbed, NAMESPACE, release.service_account(controller), path)
 
 
 def process_environment(release: Release, controller: str, *, pod_name: str) -> dict[str, str]:
     """The Deployment's environment for one replica: literal values as rendered, the downward API's namespace and
     pod name filled in as the kubelet would."""
-    downward = {"metadata.namespace": NAMESPACE, "metadata.name": pod_name}
-    environment: dict[str, str] = {}
-    for variable in release.container(controller).get("env", []):
-        if "value" in variable:
-            environment[variable["name"]] = str(variable["value"])
-        else:
-            environment[variable["name"]] = downward[variable["valueFrom"]["fieldRef"]["fieldPath"]]
-    return environment
+    return manifests.container_environment(release.container(controller), pod_name=pod_name, namespace=NAMESPACE)

@@ -17,7 +17,7 @@ import yaml
 
 from mnnvl_runtime import kube
 
-from . import cluster, simulator, versions, waiting
+from . import cluster, teardown_witness, versions, waiting
 
 wait_for = waiting.wait_for
 
@@ -117,8 +117,8 @@ def service_account_allowed(api: kube.Kube, namespace: str, account: str, attrib
 
 
 def teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
-    """Every ComputeDomain teardown the DRA simulator recorded in `ns`, with the pods that still used it."""
-    events = api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={simulator.TEARDOWN_REASON}")
+    """Every ComputeDomain teardown the teardown witness recorded in `ns`, with the pods that still used it."""
+    events = api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={teardown_witness.TEARDOWN_REASON}")
     return [
         {
             "domain": event["involvedObject"]["name"],
@@ -126,7 +126,7 @@ def teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
                 name
                 for name in event["metadata"]
                 .get("annotations", {})
-                .get(simulator.REFERENCING_PODS_ANNOTATION, "")
+                .get(teardown_witness.REFERENCING_PODS_ANNOTATION, "")
                 .split(",")
                 if name
             ],

@@ -18,7 +18,12 @@ class SourceArchive:
     """A module's source as a `.tar.gz`, for when the Go module proxy refuses the module itself."""
 
     file: ThirdPartyFile
-    top_directory: str  # the one directory the archive unpacks to
+    top_directory: str | None  # the one directory the archive unpacks to; None: it unpacks into its root
+
+    @property
+    def name(self) -> str:
+        """The archive's file name without `.tar.gz`: where it is unpacked in the cache."""
+        return self.file.path.rsplit("/", 1)[-1].removesuffix(".tar.gz")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,6 +38,9 @@ class GoTool:
     main_source: str | None = None  # a wrapper main.go for modules without a usable main package
     replace_staging_of: str | None = None  # k8s.io/kubernetes needs its staging modules pinned
     source_archive: SourceArchive | None = None  # built through a directory `replace` when the proxy refuses
+    # Built inside the unpacked archive, in its own module (with its vendor directory when it has one), never from
+    # the module proxy: for modules no proxy can serve (a tag whose major version the module path lacks).
+    archive_only: bool = False
 
 
 KUBERNETES_VERSION = "v1.36.3"
@@ -103,7 +111,33 @@ LWS_MANAGER = GoTool(
     source_archive=LWS_SOURCE_ARCHIVE,
 )
 
-ALL_TOOLS = (ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, LWS_MANAGER)
+# NVIDIA's DRA driver for GPUs: its ComputeDomain controller runs on the testbed, with its chart's RBAC, DeviceClasses
+# and Deployment. Its tags (v25.12.0) carry a major version its module path lacks, so no module proxy serves it: it
+# is built from its source archive, which vendors every dependency.
+DRA_DRIVER_VERSION = "v25.12.0"
+DRA_DRIVER_SOURCE_ARCHIVE = SourceArchive(
+    file=ThirdPartyFile(
+        path=f"dra-driver-gpu-{DRA_DRIVER_VERSION}-src.tar.gz",
+        sha256="d60334404d7cfb2bc48c4073f68fb81ed1fde1de5a706180b33be60e26fe977c",
+    ),
+    top_directory=None,
+)
+DRA_DRIVER_MODULE = "github.com/NVIDIA/k8s-dra-driver-gpu"
+COMPUTE_DOMAIN_CONTROLLER = GoTool(
+    name="compute-domain-controller",
+    module=DRA_DRIVER_MODULE,
+    version=DRA_DRIVER_VERSION,
+    package=f"{DRA_DRIVER_MODULE}/cmd/compute-domain-controller",
+    # What the driver's Makefile sets; without it the controller refuses to start (no version to report).
+    ldflags=(f"-X {DRA_DRIVER_MODULE}/internal/info.version={DRA_DRIVER_VERSION}",),
+    source_archive=DRA_DRIVER_SOURCE_ARCHIVE,
+    archive_only=True,
+)
+#: Inside the driver's archive: its Helm chart (RBAC, DeviceClasses, the controller's Deployment, the
+#: ComputeDomainClique CRD) and the templates the controller reads from `/templates`.
+DRA_DRIVER_CHART = "deployments/helm/nvidia-dra-driver-gpu"
+DRA_DRIVER_TEMPLATES = "templates"
+
 
 # The chart's tools: rendering, offline schema validation, and the kustomize tree the chart is checked against.
 HELM_VERSION = "v3.22.0"
@@ -137,6 +171,18 @@ KUSTOMIZE = GoTool(
     package="sigs.k8s.io/kustomize/kustomize/v5",
 )
 CHART_TOOLS = (HELM, KUBECONFORM, KUSTOMIZE)
+
+#: What a testbed runs; helm renders the DRA driver's chart.
+ALL_TOOLS = (
+    ETCD,
+    KUBE_APISERVER,
+    KUBE_CONTROLLER_MANAGER,
+    KUBE_SCHEDULER,
+    KWOK,
+    LWS_MANAGER,
+    COMPUTE_DOMAIN_CONTROLLER,
+    HELM,
+)
 #: The Kubernetes release whose built-in schemas (from the `kubernetes-validate` package) the chart is checked against.
 CHART_SCHEMAS_KUBERNETES = "1.36.0"
 
