@@ -11,7 +11,6 @@ from mnnvl_testbed import controllers, testing
 
 from . import workloads
 
-HOLD_FINALIZER = "e2e.mnnvl.test/hold"
 LEASE_PATH = kube.path_of("coordination.k8s.io/v1", "leases", namespace=controllers.NAMESPACE, name=keys.LWS_CONTROLLER)
 
 
@@ -28,7 +27,7 @@ def test_a_restarted_or_replaced_group_gets_a_new_compute_domain(api: kube.Kube,
     worker = kube.path_of("v1", "pods", namespace=ns, name="restart-1-1")
     # A kubelet takes the grace period to stop a pod; kwok removes it at once, and upstream LWS restarts the group
     # only if it reads the worker while it terminates. The finalizer plays the grace period.
-    api.patch(worker, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    api.patch(worker, {"metadata": {"finalizers": [workloads.HOLD_FINALIZER]}})
     try:
         api.request("DELETE", worker)
 

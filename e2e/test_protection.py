@@ -17,7 +17,6 @@ from mnnvl_testbed import cluster, controllers, processes, testing
 from . import workloads
 
 GUARDIAN = keys.GUARDIAN_CONTROLLER
-HOLD_FINALIZER = "e2e.mnnvl.test/hold"
 
 
 @pytest.fixture
@@ -181,7 +180,7 @@ def test_deny_mode_names_a_pod_stuck_terminating_and_the_command_that_lets_it_go
     domain = running_workload(api, ns, "held")
     stop_lws(testbed)
     worker = kube.path_of("v1", "pods", namespace=ns, name="held-0-1")
-    api.patch(worker, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    api.patch(worker, {"metadata": {"finalizers": [workloads.HOLD_FINALIZER]}})
     try:
         api.request("DELETE", workloads.lws_path(ns, "held"))
         testing.wait_for(

@@ -45,6 +45,9 @@ __all__ = [
 ]
 
 TIMEOUT = 120.0
+#: A finalizer that keeps a deleted pod Terminating (non-terminal, phase Running) until a test lets it go: what a
+#: kubelet's grace period does, which kwok's instant pod removal skips.
+HOLD_FINALIZER = "e2e.mnnvl.test/hold"
 
 
 def lws_path(ns: str, name: str) -> str:
