@@ -133,6 +133,36 @@ COMPUTE_DOMAIN_CONTROLLER = GoTool(
     source_archive=DRA_DRIVER_SOURCE_ARCHIVE,
     archive_only=True,
 )
+# KAI Scheduler at the release NVCF pins: its scheduler, binder, podgrouper and two status controllers run on the
+# testbed for the tests that ask for it (`kai.ensure_running`). Proxies that refuse the module (403) still serve its
+# dependencies; then it is built from its source archive, unpacked at its root.
+KAI_VERSION = "v0.16.7"
+KAI_MODULE = "github.com/kai-scheduler/KAI-scheduler"
+KAI_SOURCE_ARCHIVE = SourceArchive(
+    file=ThirdPartyFile(
+        path=f"kai-scheduler-{KAI_VERSION}-src.tar.gz",
+        sha256="82a60317cad30d8f1d28009a9d2363bb5fbbf5c8e90df9d34194c71548cd0ff9",
+    ),
+    top_directory=None,
+)
+
+
+def _kai_tool(command: str) -> GoTool:
+    return GoTool(
+        name=f"kai-{command}",
+        module=KAI_MODULE,
+        version=KAI_VERSION,
+        package=f"{KAI_MODULE}/cmd/{command}",
+        source_archive=KAI_SOURCE_ARCHIVE,
+    )
+
+
+KAI_TOOLS = tuple(
+    _kai_tool(command) for command in ("scheduler", "binder", "podgrouper", "podgroupcontroller", "queuecontroller")
+)
+#: Inside KAI's archive: its CRDs.
+KAI_CRDS = "deployments/kai-scheduler/crds"
+
 #: Inside the driver's archive: its Helm chart (RBAC, DeviceClasses, the controller's Deployment, the
 #: ComputeDomainClique CRD) and the templates the controller reads from `/templates`.
 DRA_DRIVER_CHART = "deployments/helm/nvidia-dra-driver-gpu"
