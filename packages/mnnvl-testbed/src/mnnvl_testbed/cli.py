@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands.add_parser("status", help="show which components run")
     commands.add_parser("down", help="stop everything")
-    commands.add_parser("build", help="build (or find cached) control-plane binaries and print their paths")
+    commands.add_parser(
+        "build", help="build (or find cached) every binary the testbed and the tests use, and print their paths"
+    )
     args = parser.parse_args(argv)
     state_dir: pathlib.Path = args.state_dir.resolve()
     try:
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.down(state_dir)
             print(f"testbed in {state_dir} stopped")
         else:
-            for name, path in building.ensure_binaries().items():
+            for name, path in building.ensure_binaries(versions.EVERY_TOOL).items():
                 print(f"{name}: {path}")
     except (
         processes.ComponentError,

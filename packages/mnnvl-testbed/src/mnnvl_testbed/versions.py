@@ -217,6 +217,10 @@ ALL_TOOLS = (
 CHART_SCHEMAS_KUBERNETES = "1.36.0"
 
 
+#: Every binary a test may use: the testbed's, KAI's (started for its tests only) and the chart tests' tools.
+EVERY_TOOL = (*ALL_TOOLS, *KAI_TOOLS, *(tool for tool in CHART_TOOLS if tool not in ALL_TOOLS))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CrdModule:
     """CRDs the chart renders objects of, read from a Go module (downloaded through the module proxy)."""
