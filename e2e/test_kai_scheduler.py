@@ -184,16 +184,7 @@ def test_no_clique_fits_group_agrees_with_kais_verdict_and_both_clear_when_a_cli
     for node, clique in sorted(cliques(api).items()):
         by_clique.setdefault(clique, []).append(node)
     # One node of each clique taken by a pod holding a channel (the census counts channels, KAI the GPUs).
-    api.create(
-        {"apiVersion": workloads.CD_API, "kind": keys.COMPUTE_DOMAIN_KIND, "metadata": {"name": "taken", "namespace": ns},
-         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "taken-channel"}}}},
-        keys.COMPUTE_DOMAIN_PLURAL,
-    )  # fmt: skip
-    testing.wait_for(
-        lambda: api.get("resource.k8s.io/v1", "resourceclaimtemplates", "taken-channel", namespace=ns) is not None,
-        what="the claim template of the domain the taking pods use",
-        timeout=workloads.TIMEOUT,
-    )
+    template = workloads.domain_by_hand(api, ns, "taken")
     # VLLM's four GPUs and the channel claim: a whole node, for KAI and for the census.
     taker_container = {
         "name": "vllm",
@@ -213,7 +204,7 @@ def test_no_clique_fits_group_agrees_with_kais_verdict_and_both_clear_when_a_cli
         api.create(
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": takers[clique], "namespace": ns},
              "spec": {"nodeSelector": {keys.HOSTNAME_LABEL: node},
-                      "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "taken-channel"}],
+                      "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
                       "containers": [taker_container]}},
             "pods",
         )  # fmt: skip

@@ -448,23 +448,12 @@ def test_the_census_follows_pods_holding_channels(kai: cluster.Testbed, name: st
     clique = sorted(n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] for n in nodes)[-1]
     members = sum(1 for n in nodes if n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL] == clique)
     with testing.namespace(api, "census") as ns:
-        api.create(
-            {"apiVersion": workloads.CD_API, "kind": keys.COMPUTE_DOMAIN_KIND, "metadata": {"name": "by-hand", "namespace": ns},
-             "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "by-hand-channel"}}}},
-            keys.COMPUTE_DOMAIN_PLURAL,
-        )  # fmt: skip
-        testing.wait_for(
-            lambda: (
-                api.get("resource.k8s.io/v1", "resourceclaimtemplates", "by-hand-channel", namespace=ns) is not None
-            ),
-            what="claim template",
-            timeout=TIMEOUT,
-        )
+        template = workloads.domain_by_hand(api, ns, "by-hand")
         for index in range(2):
             api.create(
                 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "namespace": ns},
                  "spec": {"nodeSelector": {keys.GPU_CLIQUE_LABEL: clique},
-                          "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "by-hand-channel"}],
+                          "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
                           "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "channel"}]}}]}},
                 "pods",
             )  # fmt: skip

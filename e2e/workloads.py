@@ -152,6 +152,18 @@ def wait_domains(api: kube.Kube, ns: str, expected: set[str]) -> dict[str, kube.
     return found
 
 
+def domain_by_hand(api: kube.Kube, ns: str, name: str) -> str:
+    """A ComputeDomain someone made by hand, once the driver made its claim template; returns the template's name."""
+    create_foreign_domain(api, ns, name, {})
+    template = f"{name}-channel"
+    testing.wait_for(
+        lambda: api.get("resource.k8s.io/v1", "resourceclaimtemplates", template, namespace=ns) is not None,
+        what=f"the driver to make {template}",
+        timeout=TIMEOUT,
+    )
+    return template
+
+
 def in_use_teardowns(api: kube.Kube, ns: str) -> list[dict[str, Any]]:
     return [t for t in testing.teardowns(api, ns) if t["referencing_pods"]]
 
