@@ -190,11 +190,7 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
         # out; `go build -mod=mod` records just what the tool needs.
     else:
         _go("get", "-tool", f"{tool.package}@{tool.version}", cwd=work)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        built = pathlib.Path(scratch) / tool.name
-        _go("build", "-ldflags", " ".join(tool.ldflags), "-o", str(built), tool.package, cwd=work)
-        built.replace(target)
+    _go_build(tool, target, cwd=work)
 
 
 def _build_in_archive(tool: versions.GoTool, target: pathlib.Path) -> None:
@@ -202,10 +198,16 @@ def _build_in_archive(tool: versions.GoTool, target: pathlib.Path) -> None:
     nothing is downloaded), else with its dependencies from the module proxy."""
     source, _ = _source(tool)
     mode = "-mod=vendor" if (source / "vendor" / "modules.txt").is_file() else "-mod=mod"
+    _go_build(tool, target, cwd=source, mod=mode)
+
+
+def _go_build(tool: versions.GoTool, target: pathlib.Path, *, cwd: pathlib.Path, mod: str = "-mod=mod") -> None:
+    """`go build` the tool's package in module `cwd` into a scratch file, then move it to `target` in one step, so a
+    half-written binary is never taken for a built one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = pathlib.Path(scratch) / tool.name
-        _go("build", "-ldflags", " ".join(tool.ldflags), "-o", str(built), tool.package, cwd=source, mod=mode)
+        _go("build", "-ldflags", " ".join(tool.ldflags), "-o", str(built), tool.package, cwd=cwd, mod=mod)
         built.replace(target)
 
 

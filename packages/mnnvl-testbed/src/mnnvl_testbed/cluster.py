@@ -403,7 +403,7 @@ def _start_etcd(supervisor: processes.Supervisor, binary: pathlib.Path, testbed:
             "--log-level=warn",
         ],
     )
-    _wait_http(supervisor, "etcd", f"{client_url}/health", context=None)
+    wait_http(supervisor, "etcd", f"{client_url}/health", context=None)
 
 
 def _start_apiserver(
@@ -455,7 +455,7 @@ def _launch_apiserver(supervisor: processes.Supervisor, binary: pathlib.Path, te
     )
     context = ssl.create_default_context(cafile=str(testbed.ca_cert))
     context.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
-    _wait_http(supervisor, "kube-apiserver", f"{testbed.server}/readyz", context=context, timeout=120)
+    wait_http(supervisor, "kube-apiserver", f"{testbed.server}/readyz", context=context, timeout=120)
 
 
 @contextlib.contextmanager
@@ -629,7 +629,7 @@ def _start_lws(
     )
     command, env = _lws_command(binary, testbed)
     supervisor.start("lws-manager", command, env=env)
-    _wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
+    wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
     source = building.source_dir(versions.LWS_MANAGER) / "config" / "webhook" / "manifests.yaml"
     upstream = [document for document in yaml.safe_load_all(source.read_text()) if document]
     api = testbed.api()
@@ -667,9 +667,10 @@ def _wait_nodes_ready(supervisor: processes.Supervisor, api: kube.Kube, count: i
             raise supervisor.fail(name, str(timeout)) from timeout
 
 
-def _wait_http(
+def wait_http(
     supervisor: processes.Supervisor, name: str, url: str, *, context: ssl.SSLContext | None, timeout: float = 60
 ) -> None:
+    """Until component `name` answers 200 at `url`; fails with its log's tail if it exits or the time runs out."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:

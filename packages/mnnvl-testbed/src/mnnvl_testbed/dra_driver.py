@@ -13,6 +13,7 @@ What the controller cannot do on kwok nodes is left to stand-ins: the kubelet pl
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import subprocess
@@ -78,8 +79,10 @@ def source() -> pathlib.Path:
     return building.source_dir(versions.COMPUTE_DOMAIN_CONTROLLER)
 
 
-def rendered_chart() -> list[dict[str, Any]]:
-    """The chart's objects the testbed uses, rendered by helm from the driver's archive."""
+@functools.cache
+def rendered_chart() -> tuple[dict[str, Any], ...]:
+    """The chart's objects the testbed uses, rendered by helm from the driver's archive: once per process, since
+    nothing it depends on changes (read them, never change them)."""
     helm = building.ensure_binaries((versions.HELM,))["helm"]
     command = [str(helm), "template", RELEASE, str(source() / versions.DRA_DRIVER_CHART), f"--namespace={NAMESPACE}"]
     for value in CHART_VALUES:
@@ -89,7 +92,7 @@ def rendered_chart() -> list[dict[str, Any]]:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise building.BuildError(f"`{' '.join(command)}` failed:\n{result.stderr}")
-    return [document for document in yaml.safe_load_all(result.stdout) if document]
+    return tuple(document for document in yaml.safe_load_all(result.stdout) if document)
 
 
 def install(api: kube.Kube, computedomain_crd: str) -> None:
@@ -160,6 +163,6 @@ def start(supervisor: processes.Supervisor, commands: Commands, name: str) -> No
     supervisor.start(name, command, env=environment, program=program)
 
 
-def _deployment(documents: list[dict[str, Any]]) -> dict[str, Any]:
+def _deployment(documents: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     [deployment] = [document for document in documents if document["kind"] == "Deployment"]
     return deployment

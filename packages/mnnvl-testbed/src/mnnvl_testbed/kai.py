@@ -12,16 +12,13 @@ KAI's RBAC is rendered by its operator. The queues are KAI's documented default 
 from __future__ import annotations
 
 import pathlib
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from mnnvl_runtime import kube
 
-from . import building, cluster, crds, processes, versions, waiting
+from . import building, cluster, crds, processes, versions
 
 SCHEDULER_NAME = "kai-scheduler"
 QUEUE_LABEL = "kai.scheduler/queue"
@@ -144,22 +141,10 @@ def ensure_running(testbed: cluster.Testbed) -> None:
     for name, (command, ready_url) in commands(testbed, binaries).items():
         if name in stopped:
             supervisor.start(name, command, env=environment)
-            waiting.wait_for(_answering(supervisor, name, ready_url), what=f"{name} to answer", timeout=90)
+            cluster.wait_http(supervisor, name, ready_url, context=None, timeout=90)
 
 
 def stop(testbed: cluster.Testbed) -> None:
     supervisor = processes.Supervisor(testbed.state_dir)
     for name in reversed(COMPONENTS):
         supervisor.stop(name)
-
-
-def _answering(supervisor: processes.Supervisor, name: str, url: str) -> Callable[[], bool]:
-    def answers() -> bool:
-        supervisor.ensure_alive(name)
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    return answers
