@@ -23,43 +23,8 @@ def test_a_restarted_or_replaced_group_gets_a_new_compute_domain(api: kube.Kube,
     workloads.create_lws(api, ns, workloads.lws_manifest("restart", replicas=2, size=2))
     running = workloads.wait_groups_running(api, ns, "restart", replicas=2, size=2)
     before = workloads.group_domains(running)
-    [old_leader] = [p["metadata"]["uid"] for p in running if p["metadata"]["name"] == "restart-1"]
-    worker = kube.path_of("v1", "pods", namespace=ns, name="restart-1-1")
-    # A kubelet takes the grace period to stop a pod; kwok removes it at once, and upstream LWS restarts the group
-    # only if it reads the worker while it terminates. The finalizer plays the grace period.
-    api.patch(worker, {"metadata": {"finalizers": [workloads.HOLD_FINALIZER]}})
-    try:
-        api.request("DELETE", worker)
-
-        def leader_going() -> bool:
-            # Upstream deletes the leader in the foreground: it stays until the held worker goes.
-            leader = api.get("v1", "pods", "restart-1", namespace=ns)
-            return (
-                leader is None
-                or leader["metadata"]["uid"] != old_leader
-                or bool(leader["metadata"].get("deletionTimestamp"))
-            )
-
-        testing.wait_for(
-            leader_going,
-            what="upstream LWS deleting the leader of the group whose worker was deleted",
-            state=testing.state_of(lambda: workloads.summary(api, ns)),
-            timeout=workloads.TIMEOUT,
-        )
-    finally:
-        api.patch(worker, {"metadata": {"finalizers": None}})
-
-    def restarted() -> dict[str, str | None] | None:
-        pods = workloads.wait_groups_running(api, ns, "restart", replicas=2, size=2)
-        after = workloads.group_domains(pods)
-        return after if after["1"] != before["1"] else None
-
-    after = testing.wait_for(
-        restarted,
-        what="group 1 running with a new domain",
-        state=testing.state_of(lambda: workloads.summary(api, ns)),
-        timeout=workloads.TIMEOUT,
-    )
+    workloads.restart_group(api, ns, "restart", 1)
+    after = workloads.wait_group_restarted(api, ns, "restart", 1, before, replicas=2, size=2)
     assert after["0"] == before["0"]
     workloads.wait_domains(api, ns, {str(after["0"]), str(after["1"])})
     [teardown] = [t for t in testing.teardowns(api, ns) if t["domain"] == before["1"]]
@@ -73,21 +38,7 @@ def test_rolling_updates_give_every_group_a_new_domain_and_delete_old_ones_once_
     for name, surge in (("nosurge", 0), ("surge", 1)):
         workloads.create_lws(api, ns, workloads.lws_manifest(name, replicas=2, size=2, max_surge=surge))
         before = workloads.group_domains(workloads.wait_groups_running(api, ns, name, replicas=2, size=2))
-        image = {"name": "vllm", "image": new_image, "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
-        workloads.patch_lws(
-            api, ns, name, {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [image]}}}}}
-        )
-
-        def rolled(name: str = name) -> dict[str, str | None] | None:
-            pods = workloads.wait_groups_running(api, ns, name, replicas=2, size=2)
-            if any(c["image"] != new_image for p in pods for c in p["spec"]["containers"]):
-                return None
-            found = workloads.group_domains(pods)
-            # With maxSurge 1, groups 1 and 2 (the surge group) can be the two running on the new template while
-            # group 0 is replaced: the rollout is done only when groups 0 and 1 are.
-            return found if set(found) == {"0", "1"} else None
-
-        after = testing.wait_for(rolled, what=f"{name}: every group on the new template", timeout=workloads.TIMEOUT)
+        after = workloads.roll_worker_image(api, ns, name, new_image, replicas=2, size=2)
         assert set(after.values()).isdisjoint(before.values())
         replaced |= {str(d) for d in before.values()}
         names = {str(d) for d in after.values()}

@@ -131,6 +131,76 @@ def wait_groups_running(api: kube.Kube, ns: str, name: str, *, replicas: int, si
     )
 
 
+def restart_group(api: kube.Kube, ns: str, name: str, group: int) -> None:
+    """Delete a worker of group `group` as a crashed pod is, until upstream LWS deletes the group's leader to restart
+    the group."""
+    leader_path = kube.path_of("v1", "pods", namespace=ns, name=f"{name}-{group}")
+    old_leader = api.request("GET", leader_path)["metadata"]["uid"]
+    worker = kube.path_of("v1", "pods", namespace=ns, name=f"{name}-{group}-1")
+    # A kubelet takes the grace period to stop a pod; kwok removes it at once, and upstream LWS restarts the group
+    # only if it reads the worker while it terminates. The finalizer plays the grace period.
+    api.patch(worker, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    try:
+        api.request("DELETE", worker)
+
+        def leader_going() -> bool:
+            # Upstream deletes the leader in the foreground: it stays until the held worker goes.
+            leader = api.get("v1", "pods", f"{name}-{group}", namespace=ns)
+            return (
+                leader is None
+                or leader["metadata"]["uid"] != old_leader
+                or bool(leader["metadata"].get("deletionTimestamp"))
+            )
+
+        testing.wait_for(
+            leader_going,
+            what=f"upstream LWS deleting the leader of group {group}, whose worker was deleted",
+            state=testing.state_of(lambda: summary(api, ns)),
+            timeout=TIMEOUT,
+        )
+    finally:
+        api.patch(worker, {"metadata": {"finalizers": None}})
+
+
+def wait_group_restarted(
+    api: kube.Kube, ns: str, name: str, group: int, before: dict[str, str | None], *, replicas: int, size: int
+) -> dict[str, str | None]:
+    """Until every group runs again and group `group` records a domain other than in `before`; the group domains."""
+
+    def restarted() -> dict[str, str | None] | None:
+        after = group_domains(wait_groups_running(api, ns, name, replicas=replicas, size=size))
+        return after if after[str(group)] != before[str(group)] else None
+
+    return testing.wait_for(
+        restarted,
+        what=f"group {group} running with a new domain",
+        state=testing.state_of(lambda: summary(api, ns)),
+        timeout=TIMEOUT,
+    )
+
+
+def roll_worker_image(
+    api: kube.Kube, ns: str, name: str, image: str, *, replicas: int, size: int
+) -> dict[str, str | None]:
+    """Make the workers' containers one vllm of `image` and wait until groups 0 to `replicas - 1` run it; their
+    domains."""
+    container = {"name": "vllm", "image": image, "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
+    patch_lws(
+        api, ns, name, {"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [container]}}}}}
+    )
+
+    def rolled() -> dict[str, str | None] | None:
+        pods = wait_groups_running(api, ns, name, replicas=replicas, size=size)
+        if any(c["image"] != image for p in pods for c in p["spec"]["containers"]):
+            return None
+        found = group_domains(pods)
+        # With a surge, the surge group and all but one of the others can be the ones running the new template
+        # while that one is replaced: the rollout is done only when the groups below `replicas` are.
+        return found if set(found) == {str(index) for index in range(replicas)} else None
+
+    return testing.wait_for(rolled, what=f"{name}: every group on the new template", timeout=TIMEOUT)
+
+
 def group_domains(pods: list[kube.Object]) -> dict[str, str | None]:
     """group index → the domain its pods record (asserting every pod of a group records the same one)."""
     found: dict[str, str | None] = {}

@@ -195,9 +195,25 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
 
 def _build_in_archive(tool: versions.GoTool, target: pathlib.Path) -> None:
     """Build the tool in its unpacked archive, as its own module: from its vendor directory where it has one (then
-    nothing is downloaded), else with its dependencies from the module proxy."""
-    source, _ = _source(tool)
-    mode = "-mod=vendor" if (source / "vendor" / "modules.txt").is_file() else "-mod=mod"
+    nothing is downloaded), else with its dependencies from the module proxy, those the proxy refuses replaced by
+    their unpacked archives in a copy of the module's go.mod (`-modfile`), so the unpacked tree stays as unpacked."""
+    source = _source(tool)[0] / tool.module_directory
+    if (source / "vendor" / "modules.txt").is_file():
+        _go_build(tool, target, cwd=source, mod="-mod=vendor")
+        return
+    mode = "-mod=mod"
+    if tool.replaced_by_archives:
+        work = cache_root() / "modules" / f"{tool.name}-{tool.version}"
+        modfile = work / "go.mod"
+        shutil.copyfile(source / "go.mod", modfile)
+        shutil.copyfile(source / "go.sum", work / "go.sum")
+        reason = f"{tool.module} {tool.version} depends on modules no module proxy here serves"
+        replaces = [
+            f"-replace={module}={unpacked_archive(archive, reason=reason)}"
+            for module, archive in tool.replaced_by_archives
+        ]
+        _go("mod", "edit", *replaces, str(modfile), cwd=source)
+        mode = f"-mod=mod -modfile={modfile}"
     _go_build(tool, target, cwd=source, mod=mode)
 
 

@@ -627,9 +627,7 @@ def _start_lws(
             }
         )
     )
-    command, env = _lws_command(binary, testbed)
-    supervisor.start("lws-manager", command, env=env)
-    wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
+    _run_lws(supervisor, binary, testbed)
     source = building.source_dir(versions.LWS_MANAGER) / "config" / "webhook" / "manifests.yaml"
     upstream = [document for document in yaml.safe_load_all(source.read_text()) if document]
     api = testbed.api()
@@ -637,6 +635,29 @@ def _start_lws(
         upstream, base_url=f"https://127.0.0.1:{testbed.ports['lws-webhook']}", ca_bundle=ca.cert.read_bytes()
     ):
         api.apply(configuration, configuration["kind"].lower() + "s")
+
+
+def _run_lws(supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Testbed) -> None:
+    command, env = _lws_command(binary, testbed)
+    supervisor.start("lws-manager", command, env=env)
+    wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
+
+
+def configure_lws_gang_scheduling(testbed: Testbed, settings: dict[str, str] | None) -> None:
+    """Upstream LWS's `gangSchedulingManagement` set to `settings` (None: none), restarted if that changes it, as a
+    `helm upgrade` of its chart would."""
+    config_file = testbed.state_dir / "lws" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    if config.get("gangSchedulingManagement") == settings:
+        return
+    if settings is None:
+        del config["gangSchedulingManagement"]
+    else:
+        config["gangSchedulingManagement"] = settings
+    config_file.write_text(yaml.safe_dump(config))
+    supervisor = processes.Supervisor(testbed.state_dir)
+    supervisor.stop("lws-manager")
+    _run_lws(supervisor, building.ensure_binaries((versions.LWS_MANAGER,))["lws-manager"], testbed)
 
 
 def _lws_command(binary: pathlib.Path, testbed: Testbed) -> tuple[list[str], dict[str, str]]:

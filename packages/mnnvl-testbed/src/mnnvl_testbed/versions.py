@@ -41,6 +41,10 @@ class GoTool:
     # Built inside the unpacked archive, in its own module (with its vendor directory when it has one), never from
     # the module proxy: for modules no proxy can serve (a tag whose major version the module path lacks).
     archive_only: bool = False
+    module_directory: str = ""  # where in the archive an archive-only tool's go.mod is, when not at its root
+    # Dependencies of an archive-only tool that the proxy refuses too: each module is replaced by its unpacked archive
+    # (in a copy of the tool's go.mod, the archive's own left as it is).
+    replaced_by_archives: tuple[tuple[str, SourceArchive], ...] = ()
 
 
 KUBERNETES_VERSION = "v1.36.3"
@@ -163,6 +167,76 @@ KAI_TOOLS = tuple(
 #: Inside KAI's archive: its CRDs.
 KAI_CRDS = "deployments/kai-scheduler/crds"
 
+# Volcano at the release the seed's "LeaderWorkerSet + Volcano" path installs: its scheduler and controller manager
+# run for the tests that ask for it (`volcano.ensure_running`). Its go.mod replaces its API module with a directory of
+# its own (`./staging`), which only a build inside the unpacked archive honours.
+VOLCANO_VERSION = "v1.15.1"
+VOLCANO_MODULE = "volcano.sh/volcano"
+VOLCANO_SOURCE_ARCHIVE = SourceArchive(
+    file=ThirdPartyFile(
+        path=f"volcano-{VOLCANO_VERSION}-src.tar.gz",
+        sha256="7ed4a2819384fda0dda74a2bb0d27b5382376a14478c1ca838071df4b768efbb",
+    ),
+    top_directory=None,
+)
+
+
+def _volcano_tool(command: str) -> GoTool:
+    return GoTool(
+        name=f"volcano-{command}",
+        module=VOLCANO_MODULE,
+        version=VOLCANO_VERSION,
+        package=f"{VOLCANO_MODULE}/cmd/{command}",
+        source_archive=VOLCANO_SOURCE_ARCHIVE,
+        archive_only=True,
+    )
+
+
+VOLCANO_TOOLS = (_volcano_tool("scheduler"), _volcano_tool("controller-manager"))
+#: Inside Volcano's archive: its CRDs (the `v1` ones, for API servers that serve apiextensions.k8s.io/v1).
+VOLCANO_CRDS = "config/crd/volcano/bases"
+
+# The Grove operator at the release NVCF pins. Its module requires KAI v0.15.2 and Volcano's API module v1.14.1,
+# which the proxy refuses too: each is replaced by its own source archive.
+GROVE_VERSION = "v0.1.0-alpha.11"
+GROVE_OPERATOR = GoTool(
+    name="grove-operator",
+    module="github.com/ai-dynamo/grove/operator",
+    version=GROVE_VERSION,
+    package="github.com/ai-dynamo/grove/operator/cmd",
+    source_archive=SourceArchive(
+        file=ThirdPartyFile(
+            path=f"grove-{GROVE_VERSION}-src.tar.gz",
+            sha256="3a9fa431617bba0878333326487267c2f164be043d97c878e5bb958370dbf2bc",
+        ),
+        top_directory=None,
+    ),
+    archive_only=True,
+    module_directory="operator",
+    replaced_by_archives=(
+        (
+            KAI_MODULE,
+            SourceArchive(
+                file=ThirdPartyFile(
+                    path="kai-scheduler-v0.15.2-src.tar.gz",
+                    sha256="6162925172adc27f64b45fde1ff4ee3305b7467647add2294f2b034ed67b6c7d",
+                ),
+                top_directory=None,
+            ),
+        ),
+        (
+            "volcano.sh/apis",
+            SourceArchive(
+                file=ThirdPartyFile(
+                    path="volcano-apis-v1.14.1-src.tar.gz",
+                    sha256="9fc168fcdc96ad593ebc4eb1223ae12b5c99429902f53e502a3c4172ab1faff8",
+                ),
+                top_directory=None,
+            ),
+        ),
+    ),
+)
+
 #: Inside the driver's archive: its Helm chart (RBAC, DeviceClasses, the controller's Deployment, the
 #: ComputeDomainClique CRD) and the templates the controller reads from `/templates`.
 DRA_DRIVER_CHART = "deployments/helm/nvidia-dra-driver-gpu"
@@ -217,8 +291,15 @@ ALL_TOOLS = (
 CHART_SCHEMAS_KUBERNETES = "1.36.0"
 
 
-#: Every binary a test may use: the testbed's, KAI's (started for its tests only) and the chart tests' tools.
-EVERY_TOOL = (*ALL_TOOLS, *KAI_TOOLS, *(tool for tool in CHART_TOOLS if tool not in ALL_TOOLS))
+#: Every binary a test may use: the testbed's, KAI's, Volcano's and Grove's (each started for its tests only) and
+#: the chart tests' tools.
+EVERY_TOOL = (
+    *ALL_TOOLS,
+    *KAI_TOOLS,
+    *VOLCANO_TOOLS,
+    GROVE_OPERATOR,
+    *(tool for tool in CHART_TOOLS if tool not in ALL_TOOLS),
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -27,13 +27,16 @@ def lws_manifest(
     worker_annotations: dict[str, str] | None = None,
     leader_containers: list[dict[str, Any]] | None = None,
     max_surge: int | None = None,
+    scheduler_name: str | None = None,
 ) -> dict[str, Any]:
-    worker: dict[str, Any] = {"spec": {"containers": copy.deepcopy(containers or [VLLM, ROUTING_PROXY])}}
+    """An LWS of `replicas` groups of `size` pods; `scheduler_name` is the pods' scheduler (the default one if None)."""
+    scheduling = {"schedulerName": scheduler_name} if scheduler_name else {}
+    worker: dict[str, Any] = {"spec": {"containers": copy.deepcopy(containers or [VLLM, ROUTING_PROXY]), **scheduling}}
     if worker_annotations:
         worker["metadata"] = {"annotations": dict(worker_annotations)}
     template: dict[str, Any] = {"size": size, "workerTemplate": worker}
     if leader_containers is not None:
-        template["leaderTemplate"] = {"spec": {"containers": copy.deepcopy(leader_containers)}}
+        template["leaderTemplate"] = {"spec": {"containers": copy.deepcopy(leader_containers), **scheduling}}
     spec: dict[str, Any] = {"replicas": replicas, "leaderWorkerTemplate": template}
     if max_surge is not None:
         spec["rolloutStrategy"] = {
