@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import pathlib
+import subprocess
 import tarfile
 
 import pytest
@@ -19,20 +20,24 @@ REFUSED = (
 )
 
 
-def source_archive(directory: pathlib.Path, top: str | None = "tool-v1.2.3") -> versions.SourceArchive:
-    """A tiny `.tar.gz` of a module tree in `directory` (under `top`, or at its root), pinned by its real sha256."""
+def packed(directory: pathlib.Path, file_name: str, files: dict[str, str]) -> versions.ThirdPartyFile:
+    """`files` (path → text) as a `.tar.gz` in `directory`, pinned by its real sha256."""
     buffer = io.BytesIO()
-    prefix = f"{top}/" if top else ""
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, text in ((f"{prefix}go.mod", "module example.com/tool\n"), (f"{prefix}config/crd.yaml", "kind: X\n")):
+        for name, text in files.items():
             data = text.encode()
             member = tarfile.TarInfo(name)
             member.size = len(data)
             archive.addfile(member, io.BytesIO(data))
-    path = directory / "tool-v1.2.3-src.tar.gz"
-    path.write_bytes(buffer.getvalue())
-    pinned = versions.ThirdPartyFile(path=path.name, sha256=hashlib.sha256(buffer.getvalue()).hexdigest())
-    return versions.SourceArchive(file=pinned, top_directory=top)
+    (directory / file_name).write_bytes(buffer.getvalue())
+    return versions.ThirdPartyFile(path=file_name, sha256=hashlib.sha256(buffer.getvalue()).hexdigest())
+
+
+def source_archive(directory: pathlib.Path, top: str | None = "tool-v1.2.3") -> versions.SourceArchive:
+    """A tiny module tree in `directory` (under `top`, or at its root)."""
+    prefix = f"{top}/" if top else ""
+    files = {f"{prefix}go.mod": "module example.com/tool\n", f"{prefix}config/crd.yaml": "kind: X\n"}
+    return versions.SourceArchive(file=packed(directory, "tool-v1.2.3-src.tar.gz", files), top_directory=top)
 
 
 def tool(archive: versions.SourceArchive) -> versions.GoTool:
@@ -152,3 +157,50 @@ def test_lws_is_pinned_at_v0_10_0_with_its_source_archive() -> None:
         ),
         top_directory="lws-v0.10.0",
     )
+
+
+@pytest.mark.usefixtures("cache")
+def test_an_archive_only_tool_in_a_subdirectory_builds_with_refused_dependencies_replaced_by_their_archives(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Grove's operator is built: its module in `operator/` with a relative `replace` of its own, and a dependency
+    no proxy serves taken from that dependency's archive; the unpacked trees are left as unpacked."""
+    go_mod = (
+        "module example.com/tool/operator\n\ngo 1.26\n\nrequire (\n\texample.com/dep v1.0.0\n"
+        "\texample.com/tool/api v0.0.0\n)\n\nreplace example.com/tool/api => ../api\n"
+    )
+    main = (
+        'package main\n\nimport (\n\t"fmt"\n\n\t"example.com/dep"\n\t"example.com/tool/api"\n)\n\n'
+        "func main() { fmt.Println(dep.Name, api.Name) }\n"
+    )
+    tool_archive = packed(
+        tmp_path,
+        "tool-src.tar.gz",
+        {
+            "operator/go.mod": go_mod,
+            "operator/go.sum": "",
+            "operator/cmd/main.go": main,
+            "api/go.mod": "module example.com/tool/api\n\ngo 1.26\n",
+            "api/api.go": 'package api\n\nconst Name = "api"\n',
+        },
+    )
+    dep_archive = packed(
+        tmp_path,
+        "dep-src.tar.gz",
+        {"go.mod": "module example.com/dep\n\ngo 1.26\n", "dep.go": 'package dep\n\nconst Name = "dep"\n'},
+    )
+    monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("GOPROXY", "off")  # nothing may come from a proxy
+    operator = versions.GoTool(
+        name="operator",
+        module="example.com/tool/operator",
+        version="v1.0.0",
+        package="example.com/tool/operator/cmd",
+        source_archive=versions.SourceArchive(file=tool_archive, top_directory=None),
+        archive_only=True,
+        module_directory="operator",
+        replaced_by_archives=(("example.com/dep", versions.SourceArchive(file=dep_archive, top_directory=None)),),
+    )
+    built = building.ensure_binaries((operator,))["operator"]
+    assert subprocess.run([built], capture_output=True, text=True, check=True).stdout == "dep api\n"
+    assert (building.source_dir(operator) / "operator" / "go.mod").read_text() == go_mod

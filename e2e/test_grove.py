@@ -1,0 +1,180 @@
+"""The topology seed's Grove path with the real Grove operator v0.1.0-alpha.11 and the real KAI Scheduler v0.16.7
+(NVCF's pins): "Grove maps its workload hierarchy to the KAI topology through a ClusterTopologyBinding."
+
+Grove and KAI run only for this module (`grove.ensure_running`, `kai.ensure_running`); the binding is
+mnnvl-topology's. Grove alpha.11 asks KAI for a Topology of the *binding's* name (grove#828, docs/topology.md), so
+the seed's PodCliqueSet, which names `nvcf-mnnvl-topology-binding`, is placed only when a Topology of that name
+exists: the tests configure it as docs/topology.md tells users of that release to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mnnvl_api import keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, controllers, grove, kai, testing
+
+from . import workloads
+from .test_kai_scheduler import cliques, kai_refusal
+from .test_topology import BINDING, CLIQUE_AND_HOST, TOPOLOGY, run, wait_object
+
+#: The seed's names: the binding Grove workloads name, and the Topology the seed's binding refers to.
+SEED_BINDING = "nvcf-mnnvl-topology-binding"
+SEED_TOPOLOGY = "nvcf-mnnvl-topology"
+
+
+@pytest.fixture(scope="module")
+def grove_testbed(testbed: cluster.Testbed) -> Iterator[cluster.Testbed]:
+    """The testbed with KAI's Topology CRD at v0.16.7, KAI Scheduler and the Grove operator running; both stopped
+    after the module."""
+    with_crds = testing.topology_crds(testbed, "kai-v0.16.7")
+    kai.ensure_running(with_crds)
+    grove.ensure_running(with_crds)
+    yield with_crds
+    grove.stop(with_crds)
+    kai.stop(with_crds)
+
+
+@contextlib.contextmanager
+def topologies(testbed: cluster.Testbed, *entries: dict[str, Any]) -> Iterator[controllers.Replica]:
+    """mnnvl-topology running with `entries`, their Topologies and bindings made; all deleted afterwards."""
+    replica = run(testbed, *entries)
+    api = testbed.api()
+    try:
+        for entry in entries:
+            wait_object(api, TOPOLOGY, entry["name"])
+            if entry.get("groveBinding", {}).get("enabled", True):
+                wait_object(api, BINDING, entry.get("groveBinding", {}).get("name", entry["name"] + "-binding"))
+        yield replica
+    finally:
+        controllers.stop(testbed, keys.TOPOLOGY_CONTROLLER)
+        for entry in entries:
+            binding = entry.get("groveBinding", {}).get("name", entry["name"] + "-binding")
+            for resource, name in ((BINDING, binding), (TOPOLOGY, entry["name"])):
+                with contextlib.suppress(kube.ApiError):
+                    api.delete(kube.path_of(*resource, name=name))
+
+
+#: What docs/topology.md tells users of Grove alpha.11 to configure: a Topology named like the binding Grove
+#: workloads name, its binding of the same name.
+SEED_WITH_GROVE_ALPHA_11 = {"name": SEED_BINDING, "levels": CLIQUE_AND_HOST, "groveBinding": {"name": SEED_BINDING}}
+
+
+def podcliqueset(name: str, ns: str) -> dict[str, Any]:
+    """The seed's PodCliqueSet: one replica of two workers, four GPUs each, packed in one `gpuclique`."""
+    worker = {
+        "name": "worker",
+        "image": "nvcr.io/nvidia/vllm:latest",
+        "resources": {"limits": {keys.GPU_RESOURCE: "4"}},
+    }
+    return {
+        "apiVersion": grove.API,
+        "kind": "PodCliqueSet",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "template": {
+                "topologyConstraint": {"topologyName": SEED_BINDING, "pack": {"required": "gpuclique"}},
+                "cliques": [
+                    {
+                        "name": "worker",
+                        "spec": {
+                            "roleName": "worker",
+                            "replicas": 2,
+                            "minAvailable": 2,
+                            "podSpec": {"containers": [worker]},
+                        },
+                    }
+                ],
+            },
+        },
+    }
+
+
+def grove_pods(api: kube.Kube, ns: str, name: str) -> list[kube.Object]:
+    return api.list_objects("v1", "pods", namespace=ns, labelSelector=f"app.kubernetes.io/part-of={name}")
+
+
+def wait_in_one_clique(api: kube.Kube, ns: str, name: str) -> str:
+    """Until both workers of PodCliqueSet `name` run; the one clique they run in."""
+    pods = testing.wait_for(
+        lambda: found if len(found := testing.running(grove_pods(api, ns, name))) == 2 else None,
+        what=f"both workers of {name} placed by KAI",
+        state=testing.state_of(lambda: [(p["metadata"]["name"], kai_refusal(p)) for p in grove_pods(api, ns, name)]),
+        timeout=workloads.TIMEOUT,
+    )
+    assert {p["spec"]["schedulerName"] for p in pods} == {kai.SCHEDULER_NAME}
+    clique_of = cliques(api)
+    [clique] = {clique_of[p["spec"]["nodeName"]] for p in pods}
+    return clique
+
+
+def test_the_seeds_podcliqueset_is_placed_by_kai_in_one_clique(grove_testbed: cluster.Testbed, ns: str) -> None:
+    """The seed's PodCliqueSet names the binding and the portable `gpuclique` domain: Grove translates it to
+    nvidia.com/gpu.clique on its PodGang, KAI's podgrouper makes a gang with that required level, and KAI places the
+    gang in one clique."""
+    api = grove_testbed.api()
+    with topologies(grove_testbed, SEED_WITH_GROVE_ALPHA_11):
+        api.create(podcliqueset("distributed-inference", ns), "podcliquesets")
+        wait_in_one_clique(api, ns, "distributed-inference")
+        [gang] = api.list_objects(grove.PODGANG_API, "podgangs", namespace=ns)
+        assert gang["spec"]["topologyConstraint"]["packConstraint"]["required"] == keys.GPU_CLIQUE_LABEL
+        [group] = api.list_objects(kai.PODGROUP_API, "podgroups", namespace=ns)
+        constraint = group["spec"]["topologyConstraint"]
+        assert (constraint["topology"], constraint["requiredTopologyLevel"]) == (SEED_BINDING, keys.GPU_CLIQUE_LABEL)
+        assert group["spec"]["minMember"] == 2
+
+
+def test_an_edited_or_deleted_binding_is_repaired_and_grove_workloads_still_land_in_one_clique(
+    grove_testbed: cluster.Testbed, ns: str
+) -> None:
+    """mnnvl-topology owns the binding: an edit (the `gpuclique` domain renamed) is patched back and a deleted
+    binding is made again, each time through Grove's own admission webhook, and a PodCliqueSet created after each
+    repair is placed in one clique."""
+    api = grove_testbed.api()
+    path = kube.path_of(*BINDING, name=SEED_BINDING)
+    with topologies(grove_testbed, SEED_WITH_GROVE_ALPHA_11):
+        desired = api.request("GET", path)["spec"]
+        edited = [
+            {**level, "domain": "rack"} if level["domain"] == "gpuclique" else level for level in desired["levels"]
+        ]
+        api.patch(path, {"spec": {"levels": edited}})
+        wait_object(api, BINDING, SEED_BINDING, check=lambda found: found["spec"] == desired)
+        api.create(podcliqueset("after-edit", ns), "podcliquesets")
+        wait_in_one_clique(api, ns, "after-edit")
+
+        api.delete(path)
+        wait_object(api, BINDING, SEED_BINDING, check=lambda found: found["spec"] == desired)
+        api.create(podcliqueset("after-delete", ns), "podcliquesets")
+        wait_in_one_clique(api, ns, "after-delete")
+
+
+def test_with_the_seeds_two_names_grove_alpha_11_asks_kai_for_a_topology_that_does_not_exist(
+    grove_testbed: cluster.Testbed, ns: str
+) -> None:
+    """grove#828, as docs/topology.md says: with only the seed's Topology `nvcf-mnnvl-topology` (binding
+    `nvcf-mnnvl-topology-binding` referring to it), Grove alpha.11 sends the binding's name to KAI, which finds no
+    such Topology and places nothing."""
+    api = grove_testbed.api()
+    with topologies(grove_testbed, {"name": SEED_TOPOLOGY, "levels": CLIQUE_AND_HOST}):
+        api.create(podcliqueset("distributed-inference", ns), "podcliquesets")
+
+        def refused() -> list[str] | None:
+            pods = grove_pods(api, ns, "distributed-inference")
+            messages = [message for p in pods if (message := kai_refusal(p))]
+            return messages if len(pods) == 2 and len(messages) == 2 else None
+
+        verdicts = testing.wait_for(
+            refused,
+            what="KAI refusing both workers",
+            state=testing.state_of(lambda: testing.placement(grove_pods(api, ns, "distributed-inference"))),
+            timeout=workloads.TIMEOUT,
+        )
+        assert all(SEED_BINDING in message for message in verdicts), verdicts
+        [group] = api.list_objects(kai.PODGROUP_API, "podgroups", namespace=ns)
+        assert group["spec"]["topologyConstraint"]["topology"] == SEED_BINDING
