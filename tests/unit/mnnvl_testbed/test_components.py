@@ -8,9 +8,10 @@ import uuid
 from typing import Any
 
 import pytest
+import yaml
 
 from mnnvl_api import keys
-from mnnvl_testbed import cluster, manifests, processes, waiting
+from mnnvl_testbed import cluster, grove, manifests, processes, waiting
 
 
 def test_a_component_that_dies_is_named_with_the_end_of_its_log(tmp_path: pathlib.Path) -> None:
@@ -176,3 +177,51 @@ def test_a_free_port_is_free_outside_the_ephemeral_range_and_never_handed_out_tw
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
             server.bind(("127.0.0.1", port))
+
+
+def test_grove_listens_on_loopback_ports_of_its_own_and_its_webhooks_are_called_by_url() -> None:
+    """The chart's operator configuration keeps what the chart set, listeners move to 127.0.0.1; its webhook
+    configurations call the local operator at the chart's paths with the chart's CA bundle."""
+    chart_config = {
+        "leaderElection": {"enabled": False},
+        "server": {
+            "webhooks": {
+                "port": 9443,
+                "serverCertDir": "/etc/grove-operator/webhook-certs",
+                "certProvisionMode": "manual",
+            },
+            "healthProbes": {"port": 9444},
+            "metrics": {"port": 9445},
+        },
+    }
+    webhook = {
+        "name": "pcs.defaulting.webhooks.grove.io",
+        "clientConfig": {
+            "caBundle": "Q0E=",
+            "service": {
+                "name": "grove-operator",
+                "namespace": "grove-system",
+                "path": "/webhooks/default-podcliqueset",
+                "port": 9443,
+            },
+        },
+    }
+    rendered = [
+        {"kind": "ConfigMap", "data": {"config.yaml": yaml.safe_dump(chart_config)}},
+        {"kind": "MutatingWebhookConfiguration", "metadata": {"name": "podcliqueset-defaulting-webhook"}, "webhooks": [webhook]},
+    ]  # fmt: skip
+    ports = {"webhooks": 1, "healthProbes": 2, "metrics": 3}
+    config = grove.configuration(rendered, ports=ports, cert_dir=pathlib.Path("/state/grove/certs"))
+    assert config == {
+        "leaderElection": {"enabled": False},
+        "server": {
+            "webhooks": {"port": 1, "bindAddress": "127.0.0.1", "serverCertDir": "/state/grove/certs", "certProvisionMode": "manual"},
+            "healthProbes": {"port": 2, "bindAddress": "127.0.0.1"},
+            "metrics": {"port": 3, "bindAddress": "127.0.0.1"},
+        },
+    }  # fmt: skip
+    [configuration] = grove.local_webhooks(rendered, base_url="https://127.0.0.1:1")
+    assert configuration["webhooks"][0]["clientConfig"] == {
+        "caBundle": "Q0E=",
+        "url": "https://127.0.0.1:1/webhooks/default-podcliqueset",
+    }

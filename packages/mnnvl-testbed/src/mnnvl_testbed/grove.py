@@ -12,6 +12,7 @@ removes its webhook configurations, so later tests' bindings are not refused by 
 from __future__ import annotations
 
 import base64
+import copy
 import pathlib
 from typing import Any
 
@@ -68,7 +69,7 @@ def configuration(rendered: list[dict[str, Any]], *, ports: dict[str, int], cert
 
 def local_webhooks(rendered: list[dict[str, Any]], *, base_url: str) -> list[dict[str, Any]]:
     """The chart's webhook configurations, called by URL (the caBundle is the chart's, from the values)."""
-    configurations = [document for document in rendered if document["kind"] in WEBHOOK_KINDS]
+    configurations = [copy.deepcopy(document) for document in rendered if document["kind"] in WEBHOOK_KINDS]
     for configuration in configurations:
         for webhook in configuration["webhooks"]:
             client = webhook["clientConfig"]
