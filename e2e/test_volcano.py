@@ -70,7 +70,13 @@ def test_an_opted_in_lws_on_volcano_stays_gated_until_its_domains_are_ready_then
     running = workloads.wait_groups_running(api, ns, "gang", replicas=2, size=2)
     assert all(workloads.claimed_containers(p) == ["vllm"] for p in running)
     assert len(set(workloads.group_domains(running).values())) == 2
-    assert {g["status"].get("phase") for g in podgroups(api, ns).values()} == {"Running"}
+    # Volcano records each gang it has bound as Running.
+    testing.wait_for(
+        lambda: {g.get("status", {}).get("phase") for g in podgroups(api, ns).values()} == {"Running"},
+        what="both PodGroups Running",
+        state=testing.state_of(lambda: {n: g.get("status") for n, g in podgroups(api, ns).items()}),
+        timeout=workloads.TIMEOUT,
+    )
     claims = api.list_objects("resource.k8s.io/v1", "resourceclaims", namespace=ns)
     assert len(claims) == 4
     assert all(c["status"]["allocation"] for c in claims)

@@ -48,6 +48,11 @@ def rendered_chart(ca_bundle: bytes) -> list[dict[str, Any]]:
         "config": {
             "leaderElection": {"enabled": False},
             "topologyAwareScheduling": {"enabled": True},
+            # As an install with KAI sets it: workloads that name no scheduler go to KAI.
+            "scheduler": {
+                "profiles": [{"name": "default-scheduler"}, {"name": "kai-scheduler"}],
+                "defaultProfileName": "kai-scheduler",
+            },
             "server": {"webhooks": {"certProvisionMode": "manual"}},
         },
         "webhooks": {"caBundle": base64.b64encode(ca_bundle).decode()},
