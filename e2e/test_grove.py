@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from mnnvl_api import keys
+from mnnvl_api import events, keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, grove, kai, testing
 
 from . import workloads
-from .test_kai_scheduler import cliques, kai_refusal
-from .test_topology import BINDING, CLIQUE_AND_HOST, TOPOLOGY, run, wait_object
+from .test_kai_scheduler import PLACEMENT, cliques, kai_refusal
+from .test_topology import BINDING, CLIQUE_AND_HOST, TOPOLOGY, run, wait_event, wait_object
 
 #: The seed's names: the binding Grove workloads name, and the Topology the seed's binding refers to.
 SEED_BINDING = "nvcf-mnnvl-topology-binding"
@@ -65,8 +65,9 @@ def topologies(testbed: cluster.Testbed, *entries: dict[str, Any]) -> Iterator[c
 SEED_WITH_GROVE_ALPHA_11 = {"name": SEED_BINDING, "levels": CLIQUE_AND_HOST, "groveBinding": {"name": SEED_BINDING}}
 
 
-def podcliqueset(name: str, ns: str) -> dict[str, Any]:
-    """The seed's PodCliqueSet: one replica of two workers, four GPUs each, packed in one `gpuclique`."""
+def podcliqueset(name: str, ns: str, *, workers: int = 2) -> dict[str, Any]:
+    """The seed's PodCliqueSet: one replica of `workers` workers (the seed's two), four GPUs each, packed in one
+    `gpuclique`."""
     worker = {
         "name": "worker",
         "image": "nvcr.io/nvidia/vllm:latest",
@@ -85,8 +86,8 @@ def podcliqueset(name: str, ns: str) -> dict[str, Any]:
                         "name": "worker",
                         "spec": {
                             "roleName": "worker",
-                            "replicas": 2,
-                            "minAvailable": 2,
+                            "replicas": workers,
+                            "minAvailable": workers,
                             "podSpec": {"containers": [worker]},
                         },
                     }
@@ -156,6 +157,42 @@ def test_an_edited_or_deleted_binding_is_repaired_and_grove_workloads_still_land
         wait_in_one_clique(api, ns, "after-delete")
 
 
+def test_a_podcliqueset_no_clique_can_hold_is_refused_by_kai_and_warned_about_by_mnnvl(
+    grove_testbed: cluster.Testbed, ns: str
+) -> None:
+    """The seed's PodCliqueSet with one worker more than a clique has nodes: KAI refuses every worker with its
+    topology reason, and mnnvl-topology posts NoCliqueFitsGroup on the PodCliqueSet, what the user wrote."""
+    api = grove_testbed.api()
+    workers = grove_testbed.nodes_per_clique + 1
+    with topologies(grove_testbed, SEED_WITH_GROVE_ALPHA_11):
+        created = api.create(podcliqueset("too-wide", ns, workers=workers), "podcliquesets")
+        verdicts = wait_refused(api, ns, "too-wide", workers)
+        assert all(PLACEMENT.format(topology=SEED_BINDING) in message for message in verdicts), verdicts
+        kind, _, message = wait_event(api, "too-wide", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
+    assert kind == "Warning"
+    assert message.startswith(f"needs {workers} nodes in one clique; "), message
+    [event] = [
+        e for e in api.list_objects("v1", "events", namespace=ns) if e["reason"] == events.CLIQUE_TOO_SMALL_REASON
+    ]
+    assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
+
+
+def wait_refused(api: kube.Kube, ns: str, name: str, workers: int) -> list[str]:
+    """Until KAI has refused every one of the `workers` workers of PodCliqueSet `name`; its messages."""
+
+    def refused() -> list[str] | None:
+        pods = grove_pods(api, ns, name)
+        messages = [message for p in pods if (message := kai_refusal(p))]
+        return messages if len(pods) == workers and len(messages) == workers else None
+
+    return testing.wait_for(
+        refused,
+        what=f"KAI refusing all {workers} workers of {name}",
+        state=testing.state_of(lambda: testing.placement(grove_pods(api, ns, name))),
+        timeout=workloads.TIMEOUT,
+    )
+
+
 def test_with_the_seeds_two_names_grove_alpha_11_asks_kai_for_a_topology_that_does_not_exist(
     grove_testbed: cluster.Testbed, ns: str
 ) -> None:
@@ -165,18 +202,7 @@ def test_with_the_seeds_two_names_grove_alpha_11_asks_kai_for_a_topology_that_do
     api = grove_testbed.api()
     with topologies(grove_testbed, {"name": SEED_TOPOLOGY, "levels": CLIQUE_AND_HOST}):
         api.create(podcliqueset("distributed-inference", ns), "podcliquesets")
-
-        def refused() -> list[str] | None:
-            pods = grove_pods(api, ns, "distributed-inference")
-            messages = [message for p in pods if (message := kai_refusal(p))]
-            return messages if len(pods) == 2 and len(messages) == 2 else None
-
-        verdicts = testing.wait_for(
-            refused,
-            what="KAI refusing both workers",
-            state=testing.state_of(lambda: testing.placement(grove_pods(api, ns, "distributed-inference"))),
-            timeout=workloads.TIMEOUT,
-        )
+        verdicts = wait_refused(api, ns, "distributed-inference", 2)
         assert all(SEED_BINDING in message for message in verdicts), verdicts
         [group] = api.list_objects(kai.PODGROUP_API, "podgroups", namespace=ns)
         assert group["spec"]["topologyConstraint"]["topology"] == SEED_BINDING
