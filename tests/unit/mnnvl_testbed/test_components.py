@@ -206,7 +206,7 @@ def test_grove_listens_on_loopback_ports_of_its_own_and_its_webhooks_are_called_
             },
         },
     }
-    rendered = [
+    rendered: list[dict[str, Any]] = [
         {"kind": "ConfigMap", "data": {"config.yaml": yaml.safe_dump(chart_config)}},
         {"kind": "MutatingWebhookConfiguration", "metadata": {"name": "podcliqueset-defaulting-webhook"}, "webhooks": [webhook]},
     ]  # fmt: skip

@@ -47,6 +47,28 @@ class GoTool:
     replaced_by_archives: tuple[tuple[str, SourceArchive], ...] = ()
 
 
+def _unpacked_at_root(path: str, sha256: str) -> SourceArchive:
+    """A source archive of the third-party directory whose tree is its root (no top-level folder)."""
+    return SourceArchive(file=ThirdPartyFile(path=path, sha256=sha256), top_directory=None)
+
+
+def _commands(
+    prefix: str, module: str, version: str, archive: SourceArchive, commands: tuple[str, ...], *, archive_only: bool
+) -> tuple[GoTool, ...]:
+    """A tool `<prefix>-<command>` for each `cmd/<command>` of `module`."""
+    return tuple(
+        GoTool(
+            name=f"{prefix}-{command}",
+            module=module,
+            version=version,
+            package=f"{module}/cmd/{command}",
+            source_archive=archive,
+            archive_only=archive_only,
+        )
+        for command in commands
+    )
+
+
 KUBERNETES_VERSION = "v1.36.3"
 KUBERNETES_MINOR = KUBERNETES_VERSION.split(".")[1]
 STAGING_VERSION = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
@@ -119,12 +141,9 @@ LWS_MANAGER = GoTool(
 # and Deployment. Its tags (v25.12.0) carry a major version its module path lacks, so no module proxy serves it: it
 # is built from its source archive, which vendors every dependency.
 DRA_DRIVER_VERSION = "v25.12.0"
-DRA_DRIVER_SOURCE_ARCHIVE = SourceArchive(
-    file=ThirdPartyFile(
-        path=f"dra-driver-gpu-{DRA_DRIVER_VERSION}-src.tar.gz",
-        sha256="d60334404d7cfb2bc48c4073f68fb81ed1fde1de5a706180b33be60e26fe977c",
-    ),
-    top_directory=None,
+DRA_DRIVER_SOURCE_ARCHIVE = _unpacked_at_root(
+    f"dra-driver-gpu-{DRA_DRIVER_VERSION}-src.tar.gz",
+    "d60334404d7cfb2bc48c4073f68fb81ed1fde1de5a706180b33be60e26fe977c",
 )
 DRA_DRIVER_MODULE = "github.com/NVIDIA/k8s-dra-driver-gpu"
 COMPUTE_DOMAIN_CONTROLLER = GoTool(
@@ -142,27 +161,16 @@ COMPUTE_DOMAIN_CONTROLLER = GoTool(
 # dependencies; then it is built from its source archive, unpacked at its root.
 KAI_VERSION = "v0.16.7"
 KAI_MODULE = "github.com/kai-scheduler/KAI-scheduler"
-KAI_SOURCE_ARCHIVE = SourceArchive(
-    file=ThirdPartyFile(
-        path=f"kai-scheduler-{KAI_VERSION}-src.tar.gz",
-        sha256="82a60317cad30d8f1d28009a9d2363bb5fbbf5c8e90df9d34194c71548cd0ff9",
-    ),
-    top_directory=None,
+KAI_SOURCE_ARCHIVE = _unpacked_at_root(
+    f"kai-scheduler-{KAI_VERSION}-src.tar.gz", "82a60317cad30d8f1d28009a9d2363bb5fbbf5c8e90df9d34194c71548cd0ff9"
 )
-
-
-def _kai_tool(command: str) -> GoTool:
-    return GoTool(
-        name=f"kai-{command}",
-        module=KAI_MODULE,
-        version=KAI_VERSION,
-        package=f"{KAI_MODULE}/cmd/{command}",
-        source_archive=KAI_SOURCE_ARCHIVE,
-    )
-
-
-KAI_TOOLS = tuple(
-    _kai_tool(command) for command in ("scheduler", "binder", "podgrouper", "podgroupcontroller", "queuecontroller")
+KAI_TOOLS = _commands(
+    "kai",
+    KAI_MODULE,
+    KAI_VERSION,
+    KAI_SOURCE_ARCHIVE,
+    ("scheduler", "binder", "podgrouper", "podgroupcontroller", "queuecontroller"),
+    archive_only=False,
 )
 #: Inside KAI's archive: its CRDs.
 KAI_CRDS = "deployments/kai-scheduler/crds"
@@ -172,27 +180,16 @@ KAI_CRDS = "deployments/kai-scheduler/crds"
 # its own (`./staging`), which only a build inside the unpacked archive honours.
 VOLCANO_VERSION = "v1.15.1"
 VOLCANO_MODULE = "volcano.sh/volcano"
-VOLCANO_SOURCE_ARCHIVE = SourceArchive(
-    file=ThirdPartyFile(
-        path=f"volcano-{VOLCANO_VERSION}-src.tar.gz",
-        sha256="7ed4a2819384fda0dda74a2bb0d27b5382376a14478c1ca838071df4b768efbb",
+VOLCANO_TOOLS = _commands(
+    "volcano",
+    VOLCANO_MODULE,
+    VOLCANO_VERSION,
+    _unpacked_at_root(
+        f"volcano-{VOLCANO_VERSION}-src.tar.gz", "7ed4a2819384fda0dda74a2bb0d27b5382376a14478c1ca838071df4b768efbb"
     ),
-    top_directory=None,
+    ("scheduler", "controller-manager"),
+    archive_only=True,
 )
-
-
-def _volcano_tool(command: str) -> GoTool:
-    return GoTool(
-        name=f"volcano-{command}",
-        module=VOLCANO_MODULE,
-        version=VOLCANO_VERSION,
-        package=f"{VOLCANO_MODULE}/cmd/{command}",
-        source_archive=VOLCANO_SOURCE_ARCHIVE,
-        archive_only=True,
-    )
-
-
-VOLCANO_TOOLS = (_volcano_tool("scheduler"), _volcano_tool("controller-manager"))
 #: Inside Volcano's archive: its CRDs (the `v1` ones, for API servers that serve apiextensions.k8s.io/v1).
 VOLCANO_CRDS = "config/crd/volcano/bases"
 
@@ -204,34 +201,22 @@ GROVE_OPERATOR = GoTool(
     module="github.com/ai-dynamo/grove/operator",
     version=GROVE_VERSION,
     package="github.com/ai-dynamo/grove/operator/cmd",
-    source_archive=SourceArchive(
-        file=ThirdPartyFile(
-            path=f"grove-{GROVE_VERSION}-src.tar.gz",
-            sha256="3a9fa431617bba0878333326487267c2f164be043d97c878e5bb958370dbf2bc",
-        ),
-        top_directory=None,
+    source_archive=_unpacked_at_root(
+        f"grove-{GROVE_VERSION}-src.tar.gz", "3a9fa431617bba0878333326487267c2f164be043d97c878e5bb958370dbf2bc"
     ),
     archive_only=True,
     module_directory="operator",
     replaced_by_archives=(
         (
             KAI_MODULE,
-            SourceArchive(
-                file=ThirdPartyFile(
-                    path="kai-scheduler-v0.15.2-src.tar.gz",
-                    sha256="6162925172adc27f64b45fde1ff4ee3305b7467647add2294f2b034ed67b6c7d",
-                ),
-                top_directory=None,
+            _unpacked_at_root(
+                "kai-scheduler-v0.15.2-src.tar.gz", "6162925172adc27f64b45fde1ff4ee3305b7467647add2294f2b034ed67b6c7d"
             ),
         ),
         (
             "volcano.sh/apis",
-            SourceArchive(
-                file=ThirdPartyFile(
-                    path="volcano-apis-v1.14.1-src.tar.gz",
-                    sha256="9fc168fcdc96ad593ebc4eb1223ae12b5c99429902f53e502a3c4172ab1faff8",
-                ),
-                top_directory=None,
+            _unpacked_at_root(
+                "volcano-apis-v1.14.1-src.tar.gz", "9fc168fcdc96ad593ebc4eb1223ae12b5c99429902f53e502a3c4172ab1faff8"
             ),
         ),
     ),
