@@ -20,7 +20,7 @@ import yaml
 
 from mnnvl_runtime import certs, kube
 
-from . import building, chart, cluster, crds, processes, versions
+from . import building, chart, cluster, crds, processes, versions, waiting
 
 COMPONENT = versions.GROVE_OPERATOR.name
 API = "grove.io/v1alpha1"
@@ -126,9 +126,24 @@ def ensure_running(testbed: cluster.Testbed) -> None:
         api.apply(webhook_configuration, WEBHOOK_KINDS[webhook_configuration["kind"]])
 
 
+#: Grove's objects that carry its finalizers, which only a running operator releases.
+FINALIZED = ((API, "podcliquesets"), (API, "podcliques"), (API, "podcliquescalinggroups"))
+
+
 def stop(testbed: cluster.Testbed) -> None:
-    """The operator stopped and its webhook configurations removed."""
+    """The operator stopped once it has released what is being deleted (a test's namespace going), and its
+    webhook configurations removed."""
     api = testbed.api()
+
+    def deleting() -> list[str]:
+        return [
+            f"{plural} {found['metadata']['namespace']}/{found['metadata']['name']}"
+            for api_version, plural in FINALIZED
+            for found in api.list_objects(api_version, plural)
+            if found["metadata"].get("deletionTimestamp")
+        ]
+
+    waiting.wait_for(lambda: not deleting(), what="Grove to release the objects being deleted", state=deleting)
     for document in rendered_chart(b""):
         if document["kind"] in WEBHOOK_KINDS:
             api.delete(
