@@ -33,11 +33,20 @@ def grove_testbed(testbed: cluster.Testbed) -> Iterator[cluster.Testbed]:
     """The testbed with KAI's Topology CRD at v0.16.7, KAI Scheduler and the Grove operator running; both stopped
     after the module."""
     with_crds = testing.topology_crds(testbed, "kai-v0.16.7")
-    kai.ensure_running(with_crds)
-    grove.ensure_running(with_crds)
-    yield with_crds
-    grove.stop(with_crds)
-    kai.stop(with_crds)
+    try:
+        kai.ensure_running(with_crds)
+        grove.ensure_running(with_crds)
+        yield with_crds
+    finally:
+        try:
+            grove.stop(with_crds)
+        finally:
+            kai.stop(with_crds)
+
+
+def binding_of(entry: dict[str, Any]) -> str:
+    """The name of the binding mnnvl-topology makes for a configured topology."""
+    return str(entry.get("groveBinding", {}).get("name", entry["name"] + "-binding"))
 
 
 @contextlib.contextmanager
@@ -48,14 +57,12 @@ def topologies(testbed: cluster.Testbed, *entries: dict[str, Any]) -> Iterator[c
     try:
         for entry in entries:
             wait_object(api, TOPOLOGY, entry["name"])
-            if entry.get("groveBinding", {}).get("enabled", True):
-                wait_object(api, BINDING, entry.get("groveBinding", {}).get("name", entry["name"] + "-binding"))
+            wait_object(api, BINDING, binding_of(entry))
         yield replica
     finally:
         controllers.stop(testbed, keys.TOPOLOGY_CONTROLLER)
         for entry in entries:
-            binding = entry.get("groveBinding", {}).get("name", entry["name"] + "-binding")
-            for resource, name in ((BINDING, binding), (TOPOLOGY, entry["name"])):
+            for resource, name in ((BINDING, binding_of(entry)), (TOPOLOGY, entry["name"])):
                 with contextlib.suppress(kube.ApiError):
                     api.delete(kube.path_of(*resource, name=name))
 
@@ -74,7 +81,7 @@ def podcliqueset(name: str, ns: str, *, workers: int = 2) -> dict[str, Any]:
         "resources": {"limits": {keys.GPU_RESOURCE: "4"}},
     }
     return {
-        "apiVersion": grove.API,
+        "apiVersion": keys.GROVE_API_VERSION,
         "kind": "PodCliqueSet",
         "metadata": {"name": name, "namespace": ns},
         "spec": {
@@ -115,6 +122,25 @@ def wait_in_one_clique(api: kube.Kube, ns: str, name: str) -> str:
     return clique
 
 
+def assert_packed_in_a_clique(api: kube.Kube, ns: str, name: str) -> None:
+    """Grove's PodGang of PodCliqueSet `name` asks for the clique label, and KAI's PodGroup for it carries the
+    binding's Topology with the clique label as required level: placement in one clique is KAI obeying that, not
+    luck."""
+    # Grove names the PodGang of a PodCliqueSet's replica `<name>-<replica index>`.
+    gang = api.request(
+        "GET", kube.path_of(keys.GROVE_SCHEDULER_API_VERSION, "podgangs", namespace=ns, name=f"{name}-0")
+    )
+    assert gang["spec"]["topologyConstraint"]["packConstraint"]["required"] == keys.GPU_CLIQUE_LABEL
+    [group] = [
+        g
+        for g in api.list_objects(kai.PODGROUP_API, "podgroups", namespace=ns)
+        if any(owner["uid"] == gang["metadata"]["uid"] for owner in g["metadata"].get("ownerReferences", []))
+    ]
+    constraint = group["spec"]["topologyConstraint"]
+    assert (constraint["topology"], constraint["requiredTopologyLevel"]) == (SEED_BINDING, keys.GPU_CLIQUE_LABEL)
+    assert group["spec"]["minMember"] == 2
+
+
 def test_the_seeds_podcliqueset_is_placed_by_kai_in_one_clique(grove_testbed: cluster.Testbed, ns: str) -> None:
     """The seed's PodCliqueSet names the binding and the portable `gpuclique` domain: Grove translates it to
     nvidia.com/gpu.clique on its PodGang, KAI's podgrouper makes a gang with that required level, and KAI places the
@@ -125,20 +151,15 @@ def test_the_seeds_podcliqueset_is_placed_by_kai_in_one_clique(grove_testbed: cl
         # Grove's defaulting webhook, registered from its chart, filled in what the seed leaves out.
         assert stored["spec"]["template"]["terminationDelay"] == "4h0m0s"
         wait_in_one_clique(api, ns, "distributed-inference")
-        [gang] = api.list_objects(grove.PODGANG_API, "podgangs", namespace=ns)
-        assert gang["spec"]["topologyConstraint"]["packConstraint"]["required"] == keys.GPU_CLIQUE_LABEL
-        [group] = api.list_objects(kai.PODGROUP_API, "podgroups", namespace=ns)
-        constraint = group["spec"]["topologyConstraint"]
-        assert (constraint["topology"], constraint["requiredTopologyLevel"]) == (SEED_BINDING, keys.GPU_CLIQUE_LABEL)
-        assert group["spec"]["minMember"] == 2
+        assert_packed_in_a_clique(api, ns, "distributed-inference")
 
 
 def test_an_edited_or_deleted_binding_is_repaired_and_grove_workloads_still_land_in_one_clique(
     grove_testbed: cluster.Testbed, ns: str
 ) -> None:
     """mnnvl-topology owns the binding: an edit (the `gpuclique` domain renamed) is patched back and a deleted
-    binding is made again, each time through Grove's own admission webhook, and a PodCliqueSet created after each
-    repair is placed in one clique."""
+    binding is made again, with Grove's validating webhook registered, and a PodCliqueSet created after each repair
+    is packed in one clique."""
     api = grove_testbed.api()
     path = kube.path_of(*BINDING, name=SEED_BINDING)
     with topologies(grove_testbed, SEED_WITH_GROVE_ALPHA_11):
@@ -150,11 +171,13 @@ def test_an_edited_or_deleted_binding_is_repaired_and_grove_workloads_still_land
         wait_object(api, BINDING, SEED_BINDING, check=lambda found: found["spec"] == desired)
         api.create(podcliqueset("after-edit", ns), "podcliquesets")
         wait_in_one_clique(api, ns, "after-edit")
+        assert_packed_in_a_clique(api, ns, "after-edit")
 
         api.delete(path)
         wait_object(api, BINDING, SEED_BINDING, check=lambda found: found["spec"] == desired)
         api.create(podcliqueset("after-delete", ns), "podcliquesets")
         wait_in_one_clique(api, ns, "after-delete")
+        assert_packed_in_a_clique(api, ns, "after-delete")
 
 
 def test_a_podcliqueset_no_clique_can_hold_is_refused_by_kai_and_warned_about_by_mnnvl(

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mnnvl_api import keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, dra_driver, processes, testing, volcano
 
@@ -20,9 +21,11 @@ from . import workloads
 
 @pytest.fixture(scope="module")
 def volcano_testbed(testbed: cluster.Testbed) -> Iterator[cluster.Testbed]:
-    volcano.ensure_running(testbed)
-    yield testbed
-    volcano.stop(testbed)
+    try:
+        volcano.ensure_running(testbed)
+        yield testbed
+    finally:
+        volcano.stop(testbed)
 
 
 def on_volcano(name: str, *, replicas: int = 2, opt_in: str | None = "enabled") -> dict[str, object]:
@@ -34,6 +37,16 @@ def podgroups(api: kube.Kube, ns: str) -> dict[str, kube.Object]:
     return {
         group["metadata"]["name"]: group for group in api.list_objects(volcano.PODGROUP_API, "podgroups", namespace=ns)
     }
+
+
+def assert_one_podgroup_per_group(api: kube.Kube, ns: str, pods: list[kube.Object]) -> None:
+    """Every pod names its group's PodGroup, which LWS made with minMember = the group's size (2): one per group."""
+    named = {p["metadata"]["annotations"][volcano.GROUP_NAME_ANNOTATION] for p in pods}
+    groups = {p["metadata"]["labels"][keys.LWS_GROUP_INDEX_LABEL] for p in pods}
+    assert len(named) == len(groups)
+    found = podgroups(api, ns)
+    assert named <= set(found)
+    assert {found[name]["spec"]["minMember"] for name in named} == {2}
 
 
 def test_an_opted_in_lws_on_volcano_stays_gated_until_its_domains_are_ready_then_each_group_binds_whole(
@@ -60,11 +73,15 @@ def test_an_opted_in_lws_on_volcano_stays_gated_until_its_domains_are_ready_then
             timeout=workloads.TIMEOUT,
         )
         assert all(p["spec"]["schedulerName"] == volcano.SCHEDULER_NAME for p in pods)
-        assert not any(p["spec"].get("nodeName") for p in pods)
-        groups = podgroups(api, ns)
-        assert sorted(g["spec"]["minMember"] for g in groups.values()) == [2, 2]
-        # Every pod names its group's PodGroup, the one LWS made.
-        assert {p["metadata"]["annotations"][volcano.GROUP_NAME_ANNOTATION] for p in pods} == set(groups)
+        assert_one_podgroup_per_group(api, ns, pods)
+        # Volcano has seen the gangs (it reports their phase) and holds them: none is Running.
+        testing.wait_for(
+            lambda: all(g.get("status", {}).get("phase") for g in podgroups(api, ns).values()),
+            what="Volcano reporting a phase for both PodGroups",
+            state=testing.state_of(lambda: {n: g.get("status") for n, g in podgroups(api, ns).items()}),
+            timeout=workloads.TIMEOUT,
+        )
+        assert "Running" not in {g["status"]["phase"] for g in podgroups(api, ns).values()}
     finally:
         cluster.start_driver_part(supervisor, volcano_testbed, dra_driver.COMPONENT)
     running = workloads.wait_groups_running(api, ns, "gang", replicas=2, size=2)
@@ -86,15 +103,27 @@ def test_a_group_restart_and_a_rolling_update_on_volcano_keep_one_domain_per_gro
     volcano_testbed: cluster.Testbed, api: kube.Kube, ns: str
 ) -> None:
     """A restarted group gets a new domain and a new PodGroup; a rolling update gives every group a new domain;
-    each group's pods always share one domain, and the obsolete ones go once unused."""
+    each group's pods always share one domain and one PodGroup, and the obsolete domains go once unused."""
     workloads.create_lws(api, ns, on_volcano("roll"))
     before = workloads.group_domains(workloads.wait_groups_running(api, ns, "roll", replicas=2, size=2))
+    group_one = {
+        g["metadata"]["uid"] for g in podgroups(api, ns).values() if g["metadata"]["name"].startswith("roll-1-")
+    }
     workloads.restart_group(api, ns, "roll", 1)
     restarted = workloads.wait_group_restarted(api, ns, "roll", 1, before, replicas=2, size=2)
     assert restarted["0"] == before["0"]
+    assert_one_podgroup_per_group(api, ns, workloads.lws_pods(api, ns, "roll"))
+    # The restarted group's PodGroup is a new one: the old was owned by the leader pod that went.
+    testing.wait_for(
+        lambda: not group_one & {g["metadata"]["uid"] for g in podgroups(api, ns).values()},
+        what="group 1's old PodGroup gone",
+        state=testing.state_of(lambda: {n: g["metadata"]["uid"] for n, g in podgroups(api, ns).items()}),
+        timeout=workloads.TIMEOUT,
+    )
     workloads.wait_domains(api, ns, {str(domain) for domain in restarted.values()})
     rolled = workloads.roll_worker_image(api, ns, "roll", "nvcr.io/nvidia/vllm:v2", replicas=2, size=2)
     assert set(rolled.values()).isdisjoint(restarted.values())
+    assert_one_podgroup_per_group(api, ns, workloads.lws_pods(api, ns, "roll"))
     workloads.wait_domains(api, ns, {str(domain) for domain in rolled.values()})
     retired = {str(domain) for domain in (*before.values(), *restarted.values())} - {str(d) for d in rolled.values()}
     assert retired <= {t["domain"] for t in testing.teardowns(api, ns)}

@@ -1,8 +1,9 @@
 """A pytest plugin for `tox -e unit`: the property tests of the safety suite (`tests/unit/safety`, those Hypothesis
-drives) are deselected there, because `tox -e guards` runs exactly them, with the same derandomized examples, as its
-first check (`test_the_property_suite_passes_on_the_unmutated_copy`) before removing any guard; running them twice
-cost `./dev test` about four minutes. Their example tests, and every property test elsewhere, still run in `unit`.
-To run the safety properties alone: `pytest tests/unit/safety`."""
+drives) are deselected there, because `tox -e guards` runs every one of them on an unmutated copy as its first check
+(`test_the_property_suite_passes_on_the_unmutated_copy`) before removing any guard; running them in both cost
+`./dev test` about four minutes. The guards run them derandomized and unshrunk (`properties_only.py`): a failure
+there shows an unshrunk example, so to investigate one run `pytest tests/unit/safety`, which runs them all with
+shrinking. Their example tests, and every property test outside the safety suite, still run in `unit`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import is_hypothesis_test
 
-SAFETY_SUITE = Path(__file__).resolve().parents[1] / "unit" / "safety"
+from .catalogue import PROPERTY_SUITE
+
+SAFETY_SUITE = Path(__file__).resolve().parents[2] / PROPERTY_SUITE
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -165,6 +165,9 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    if tool.archive_only:
+        _build_in_archive(tool, target, work)
+        return
     (work / "go.mod").write_text(f"module mnnvl.local/testbed/{tool.name}\n\ngo 1.26\n")
     if tool.replace_staging_of:
         replaces = [f"-replace={name}={name}@{versions.STAGING_VERSION}" for name in staging_modules(tool.version)]
@@ -173,9 +176,6 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
         (work / "main.go").write_text(tool.main_source)
         _go("get", f"{tool.module}@{tool.version}", cwd=work)
         _go("mod", "tidy", cwd=work)
-    elif tool.archive_only:
-        _build_in_archive(tool, target)
-        return
     elif tool.source_archive is not None and (source := _source(tool))[1]:
         # The module itself is refused, its dependencies are served: point the module at the unpacked tree.
         _go(
@@ -193,17 +193,17 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
     _go_build(tool, target, cwd=work)
 
 
-def _build_in_archive(tool: versions.GoTool, target: pathlib.Path) -> None:
+def _build_in_archive(tool: versions.GoTool, target: pathlib.Path, work: pathlib.Path) -> None:
     """Build the tool in its unpacked archive, as its own module: from its vendor directory where it has one (then
     nothing is downloaded), else with its dependencies from the module proxy, those the proxy refuses replaced by
-    their unpacked archives in a copy of the module's go.mod (`-modfile`), so the unpacked tree stays as unpacked."""
+    their unpacked archives in a copy of the module's go.mod (`-modfile`, in the empty directory `work`), so the
+    unpacked tree stays as unpacked."""
     source = _source(tool)[0] / tool.module_directory
     if (source / "vendor" / "modules.txt").is_file():
         _go_build(tool, target, cwd=source, mod="-mod=vendor")
         return
     mode = "-mod=mod"
     if tool.replaced_by_archives:
-        work = cache_root() / "modules" / f"{tool.name}-{tool.version}"
         modfile = work / "go.mod"
         shutil.copyfile(source / "go.mod", modfile)
         shutil.copyfile(source / "go.sum", work / "go.sum")

@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import ssl
 import time
 import urllib.error
@@ -641,6 +642,18 @@ def _run_lws(supervisor: processes.Supervisor, binary: pathlib.Path, testbed: Te
     command, env = _lws_command(binary, testbed)
     supervisor.start("lws-manager", command, env=env)
     wait_http(supervisor, "lws-manager", f"http://127.0.0.1:{testbed.ports['lws-health']}/readyz", context=None)
+    # Its readiness check does not wait for the webhook server, which every LWS write goes through.
+    port = testbed.ports["lws-webhook"]
+    try:
+        waiting.wait_for(lambda: _listening(port), what=f"LWS's webhook server on port {port}", timeout=30)
+    except waiting.WaitTimeoutError as timeout:
+        raise supervisor.fail("lws-manager", str(timeout)) from timeout
+
+
+def _listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
 
 
 def configure_lws_gang_scheduling(testbed: Testbed, settings: dict[str, str] | None) -> None:

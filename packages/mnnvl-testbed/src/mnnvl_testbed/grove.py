@@ -18,13 +18,12 @@ from typing import Any
 
 import yaml
 
+from mnnvl_api import keys
 from mnnvl_runtime import certs, kube
 
 from . import building, chart, cluster, crds, processes, versions, waiting
 
 COMPONENT = versions.GROVE_OPERATOR.name
-API = "grove.io/v1alpha1"
-PODGANG_API = "scheduler.grove.io/v1alpha1"
 #: The operator's CRDs inside the archive (it installs none itself).
 CRD_DIRECTORIES = ("operator/api/core/v1alpha1/crds", "scheduler/api/core/v1alpha1/crds")
 CHART = "operator/charts"
@@ -127,30 +126,34 @@ def ensure_running(testbed: cluster.Testbed) -> None:
 
 
 #: Grove's objects that carry its finalizers, which only a running operator releases.
-FINALIZED = ((API, "podcliquesets"), (API, "podcliques"), (API, "podcliquescalinggroups"))
+FINALIZED = ("podcliquesets", "podcliques", "podcliquescalinggroups")
 
 
 def stop(testbed: cluster.Testbed) -> None:
-    """The operator stopped once it has released what is being deleted (a test's namespace going), and its
-    webhook configurations removed."""
+    """The operator stopped once it has released what is being deleted (a test's namespace going: the namespace
+    controller may not have marked its objects yet), and its webhook configurations removed, whatever happens."""
     api = testbed.api()
 
-    def deleting() -> list[str]:
+    def held() -> list[str]:
+        going = {
+            found["metadata"]["name"]
+            for found in api.list_objects("v1", "namespaces")
+            if found["metadata"].get("deletionTimestamp")
+        }
         return [
             f"{plural} {found['metadata']['namespace']}/{found['metadata']['name']}"
-            for api_version, plural in FINALIZED
-            for found in api.list_objects(api_version, plural)
-            if found["metadata"].get("deletionTimestamp")
+            for plural in FINALIZED
+            for found in api.list_objects(keys.GROVE_API_VERSION, plural)
+            if found["metadata"].get("deletionTimestamp") or found["metadata"]["namespace"] in going
         ]
 
-    waiting.wait_for(lambda: not deleting(), what="Grove to release the objects being deleted", state=deleting)
-    for document in rendered_chart(b""):
-        if document["kind"] in WEBHOOK_KINDS:
-            api.delete(
-                kube.path_of(
-                    "admissionregistration.k8s.io/v1",
-                    WEBHOOK_KINDS[document["kind"]],
-                    name=document["metadata"]["name"],
-                )
-            )
-    processes.Supervisor(testbed.state_dir).stop(COMPONENT)
+    try:
+        waiting.wait_for(lambda: not held(), what="Grove to release the objects being deleted", state=held, timeout=120)
+    finally:
+        try:
+            for document in rendered_chart(b""):
+                if document["kind"] in WEBHOOK_KINDS:
+                    plural, name = WEBHOOK_KINDS[document["kind"]], document["metadata"]["name"]
+                    api.delete(kube.path_of("admissionregistration.k8s.io/v1", plural, name=name))
+        finally:
+            processes.Supervisor(testbed.state_dir).stop(COMPONENT)

@@ -190,8 +190,6 @@ VOLCANO_TOOLS = _commands(
     ("scheduler", "controller-manager"),
     archive_only=True,
 )
-#: Inside Volcano's archive: its CRDs (the `v1` ones, for API servers that serve apiextensions.k8s.io/v1).
-VOLCANO_CRDS = "config/crd/volcano/bases"
 
 # The Grove operator at the release NVCF pins. Its module requires KAI v0.15.2 and Volcano's API module v1.14.1,
 # which the proxy refuses too: each is replaced by its own source archive.
@@ -280,10 +278,10 @@ CHART_SCHEMAS_KUBERNETES = "1.36.0"
 #: the chart tests' tools.
 EVERY_TOOL = (
     *ALL_TOOLS,
+    *(tool for tool in CHART_TOOLS if tool not in ALL_TOOLS),
     *KAI_TOOLS,
     *VOLCANO_TOOLS,
     GROVE_OPERATOR,
-    *(tool for tool in CHART_TOOLS if tool not in ALL_TOOLS),
 )
 
 

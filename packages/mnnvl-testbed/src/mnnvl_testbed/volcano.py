@@ -24,7 +24,6 @@ SCHEDULER_NAME = "volcano"
 PODGROUP_API = "scheduling.volcano.sh/v1beta1"
 #: The annotation LWS's pod webhook sets on every pod of a group: the name of the group's PodGroup.
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
-DEFAULT_QUEUE = "default"
 #: What the seed's `--set gangSchedulingManagement.schedulerProvider=volcano` puts in LWS's configuration.
 LWS_GANG_SCHEDULING = {"schedulerProvider": "volcano"}
 #: Inside Volcano's archive: the CRDs the scheduler and the controller manager watch (apiextensions v1).
@@ -88,8 +87,10 @@ def ensure_running(testbed: cluster.Testbed) -> None:
 
 
 def stop(testbed: cluster.Testbed) -> None:
-    """LWS back to no gang scheduling, then Volcano stopped."""
-    cluster.configure_lws_gang_scheduling(testbed, None)
-    supervisor = processes.Supervisor(testbed.state_dir)
-    for name in reversed(COMPONENTS):
-        supervisor.stop(name)
+    """LWS back to no gang scheduling, and Volcano stopped whatever happens."""
+    try:
+        cluster.configure_lws_gang_scheduling(testbed, None)
+    finally:
+        supervisor = processes.Supervisor(testbed.state_dir)
+        for name in reversed(COMPONENTS):
+            supervisor.stop(name)
