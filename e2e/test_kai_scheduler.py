@@ -56,7 +56,7 @@ def topology(kai_testbed: cluster.Testbed) -> Iterator[str]:
 
 
 def kai_annotations(topology: str) -> dict[str, str]:
-    return {"kai.scheduler/topology": topology, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: keys.GPU_CLIQUE_LABEL}
+    return {keys.KAI_TOPOLOGY_ANNOTATION: topology, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: keys.GPU_CLIQUE_LABEL}
 
 
 def cliques(api: kube.Kube) -> dict[str, str]:
@@ -148,7 +148,8 @@ def test_an_opted_in_leaderworkerset_scheduled_by_kai_gets_its_claims_and_one_cl
     manifest["metadata"]["labels"] = {kai.QUEUE_LABEL: kai.DEFAULT_QUEUE}
     manifest["metadata"]["annotations"].update(kai_annotations(topology))
     manifest["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["schedulerName"] = kai.SCHEDULER_NAME
-    workloads.create_lws(api, ns, manifest)
+    _, warnings = workloads.create_lws_with_warnings(api, ns, manifest)
+    assert warnings == []  # KAI keeps each replica within one clique: no placement advice is due
     pods = workloads.wait_groups_running(api, ns, "kai", replicas=2, size=2)
     clique_of = cliques(api)
     per_group: dict[str, set[str]] = {}

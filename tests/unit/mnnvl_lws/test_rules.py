@@ -306,6 +306,26 @@ def test_no_placement_warning_for_a_placed_a_plain_or_a_disaggregatedset_owned_l
     assert rules.lws_warnings(owned) == []  # its set is advised, on the set's own fields
 
 
+def test_no_placement_warning_for_an_lws_kai_places_within_one_clique() -> None:
+    """The topology seed's KAI annotations on the LeaderWorkerSet object: KAI places each replica (a gang) within
+    one clique, so nothing is missing; naming only a Topology, or requiring another level, still warns."""
+    placed_by_kai = {
+        keys.KAI_TOPOLOGY_ANNOTATION: "nvcf-mnnvl-topology",
+        keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: keys.GPU_CLIQUE_LABEL,
+    }
+    lws = build.opted_in(placed=False)
+    lws["metadata"]["annotations"].update(placed_by_kai)
+    assert rules.lws_warnings(lws) == []
+    for missing_or_other in (
+        {keys.KAI_TOPOLOGY_ANNOTATION: "nvcf-mnnvl-topology"},
+        {keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: keys.GPU_CLIQUE_LABEL},
+        {**placed_by_kai, keys.KAI_REQUIRED_PLACEMENT_ANNOTATION: "example.com/rack"},
+    ):
+        partly = build.opted_in(placed=False)
+        partly["metadata"]["annotations"].update(missing_or_other)
+        assert len(rules.lws_warnings(partly)) == 1, missing_or_other
+
+
 def test_naming_only_containers_without_gpus_warns_about_the_gpu_containers_left_without_the_channel() -> None:
     lws = build.opted_in(worker_meta={"annotations": {keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION: "routing-proxy"}})
     assert rules.lws_errors(lws, None, build.ENV_ON) == []

@@ -77,6 +77,8 @@ KAI_TOPOLOGY_API_VERSION: Final = "kai.scheduler/v1alpha1"
 KAI_TOPOLOGY_PLURAL: Final = "topologies"
 KAI_TOPOLOGY_KIND: Final = "Topology"
 KAI_TOPOLOGY_CRD: Final = "topologies.kai.scheduler"
+#: On a workload's top owner: the KAI Topology its gangs are placed by.
+KAI_TOPOLOGY_ANNOTATION: Final = "kai.scheduler/topology"
 #: On a workload's top owner: the level (node label, or alias on KAI v0.17+) all its pods must share.
 KAI_REQUIRED_PLACEMENT_ANNOTATION: Final = "kai.scheduler/topology-required-placement"
 KAI_SCHEDULER_NAME: Final = "kai-scheduler"

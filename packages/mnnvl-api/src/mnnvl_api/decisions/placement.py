@@ -1,7 +1,8 @@
 """Placement advice: an IMEX channel only connects GPUs within one NVLink clique, so pods sharing a ComputeDomain
 must be placed within one clique. Upstream places them when asked (`exclusive-topology` on an LWS or a
-DisaggregatedSet role, `spec.placementPolicy` on a DisaggregatedSet); mnnvl warns when nothing asks, and
-never refuses: the workload may be placed by other means (node selectors, a topology-aware scheduler)."""
+DisaggregatedSet role, `spec.placementPolicy` on a DisaggregatedSet), and so does KAI Scheduler for a workload whose
+topology annotations require the clique label; mnnvl warns when nothing asks, and never refuses: the workload may
+be placed by other means (node selectors, another topology-aware scheduler)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def has_placement_policy(ds: disaggregatedset.DisaggregatedSet) -> bool:
     return policy is not None and policy.type != "None"
 
 
+def asks_kai_for_one_clique(annotations: Mapping[str, str]) -> bool:
+    """Whether a workload's annotations have KAI place each of its gangs (an LWS replica) within one clique: a
+    Topology named and the clique label required (a v0.17+ alias of that label cannot be told apart here)."""
+    return (
+        bool(annotations.get(keys.KAI_TOPOLOGY_ANNOTATION))
+        and annotations.get(keys.KAI_REQUIRED_PLACEMENT_ANNOTATION) == keys.GPU_CLIQUE_LABEL
+    )
+
+
 def replica_placement_warning(
     annotations: Mapping[str, str], path: str, *, placed: bool, exclusive_topology_allowed: bool = True
 ) -> str | None:
@@ -49,7 +59,7 @@ def replica_placement_warning(
     workload is placed by other means (its DisaggregatedSet's placement policy on the clique label). Where
     `exclusive-topology` is not allowed (a DisaggregatedSet with a placement policy), the fix is that policy's
     topology."""
-    if placed or keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION in annotations:
+    if placed or keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION in annotations or asks_kai_for_one_clique(annotations):
         return None
     field = errors.annotation_path(path, keys.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION)
     fix = (
