@@ -28,6 +28,28 @@ def volcano_testbed(testbed: cluster.Testbed) -> Iterator[cluster.Testbed]:
         volcano.stop(testbed)
 
 
+@pytest.fixture(autouse=True)
+def nodes_left_by_earlier_tests(volcano_testbed: cluster.Testbed, api: kube.Kube) -> None:
+    """Before each test: no pod of an earlier test's namespace (being deleted) still holds a node. Each gang here
+    needs whole nodes (one GPU pod per node), and Volcano binds a gang only once all of it fits."""
+
+    def leftovers() -> list[str]:
+        going = {
+            found["metadata"]["name"]
+            for found in api.list_objects("v1", "namespaces")
+            if found["metadata"].get("deletionTimestamp")
+        }
+        return [
+            f"{pod['metadata']['namespace']}/{pod['metadata']['name']} on {pod['spec']['nodeName']}"
+            for pod in api.list_objects("v1", "pods")
+            if pod["metadata"]["namespace"] in going and pod["spec"].get("nodeName")
+        ]
+
+    testing.wait_for(
+        lambda: not leftovers(), what="earlier tests' pods off the nodes", state=leftovers, timeout=workloads.TIMEOUT
+    )
+
+
 def on_volcano(name: str, *, replicas: int = 2, opt_in: str | None = "enabled") -> dict[str, object]:
     """An LWS of groups of two whose pods Volcano schedules (LWS leaves `schedulerName` to the user)."""
     return workloads.lws_manifest(name, replicas=replicas, size=2, opt_in=opt_in, scheduler_name=volcano.SCHEDULER_NAME)

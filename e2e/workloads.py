@@ -92,6 +92,15 @@ def is_gated(pod: kube.Object) -> bool:
     return injection.is_gated(pod["spec"])
 
 
+def unscheduled_because(pod: kube.Object) -> str | None:
+    """What the pod's scheduler said when it could not place it (kube-scheduler, KAI and Volcano all say it in
+    `PodScheduled=False`), if it did."""
+    for condition in pod.get("status", {}).get("conditions", []):
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return f"{condition.get('reason')}: {condition.get('message')}"
+    return None
+
+
 def summary(api: kube.Kube, ns: str) -> dict[str, Any]:
     """Pods and domains of a namespace, compactly, for failure messages."""
     return {
@@ -103,6 +112,7 @@ def summary(api: kube.Kube, ns: str) -> dict[str, Any]:
                 domain_of(p),
                 is_gated(p),
                 bool(p["metadata"].get("deletionTimestamp")),
+                unscheduled_because(p),
             )
             for p in testing.pods(api, ns)
         ],
