@@ -132,6 +132,8 @@ LWS_CONTROLLER: Final = "mnnvl-lws"
 DS_CONTROLLER: Final = "mnnvl-ds"
 GUARDIAN_CONTROLLER: Final = "mnnvl-guardian"
 TOPOLOGY_CONTROLLER: Final = "mnnvl-topology"
+#: The command-line tool (`kubectl mnnvl`): its field manager, for the writes of `gc --apply`.
+CLI: Final = "kubectl-mnnvl"
 #: Controllers whose ComputeDomains the guardian protects (their `app.kubernetes.io/managed-by` values).
 DOMAIN_MANAGERS: Final = (LWS_CONTROLLER, DS_CONTROLLER)
 

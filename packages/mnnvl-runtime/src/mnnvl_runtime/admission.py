@@ -218,10 +218,10 @@ def register_pod_webhook(
     the scheduling gate) for a pod being created, or its refusal."""
 
     # async: it reads the watch stores, which only the event loop thread may touch.
-    @kopf.on.mutate("pods", id="mutate-pod", registry=registry)
+    @kopf.on.mutate("pods", id=webhooks.POD_WEBHOOK, registry=registry)
     async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
         operation: str | None = kwargs.get("operation")
-        with measured("mutate-pod", operation) as outcome:
+        with measured(webhooks.POD_WEBHOOK, operation) as outcome:
             if operation != "CREATE":
                 return
             pod = dict(body)

@@ -104,30 +104,44 @@ NO_CREDENTIALS = (
 )
 
 
+def _load_in_cluster_or_default(configuration: client.Configuration) -> None:
+    """The Pod's ServiceAccount when in a cluster, else the default kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+
+
 class CredentialsError(RuntimeError):
     """Neither a kubeconfig nor a Pod's ServiceAccount gives this process a way to reach the API server."""
 
 
 def load_api_client(
-    kubeconfig: pathlib.Path | None = None, *, max_connections: int = MAX_CONCURRENT_REQUESTS
+    kubeconfig: pathlib.Path | None = None,
+    *,
+    context: str | None = None,
+    max_connections: int = MAX_CONCURRENT_REQUESTS,
 ) -> client.ApiClient:
     """From a kubeconfig file when given (or $KUBECONFIG), else the in-cluster service account; keeping up to
-    `max_connections` connections open, so that many concurrent requests do not wait for a free one."""
+    `max_connections` connections open, so that many concurrent requests do not wait for a free one. `context`:
+    the kubeconfig's context to use (None: its current one)."""
     configuration = client.Configuration()
     configuration.connection_pool_maxsize = max_connections
     if kubeconfig is not None:
         try:
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), context=context, client_configuration=configuration
+            )
         except (config.ConfigException, OSError) as error:
             raise CredentialsError(f"cannot load the kubeconfig {kubeconfig}: {error}") from error
     else:
         try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            try:
-                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except config.ConfigException as error:
-                raise CredentialsError(NO_CREDENTIALS) from error
+            if context is not None:  # a named context is always the kubeconfig's, never the Pod's account
+                config.load_kube_config(context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
+            else:
+                _load_in_cluster_or_default(configuration)
+        except (config.ConfigException, OSError) as error:
+            raise CredentialsError(NO_CREDENTIALS if context is None else str(error)) from error
     return client.ApiClient(configuration)
 
 

@@ -9,10 +9,19 @@ from typing import Any
 from mnnvl_api import keys
 from mnnvl_api.decisions import templates
 
+from . import identity
+
 #: Given a webhook path (kopf's handler id), the `clientConfig` that reaches it (URL or Service).
 ClientConfig = Callable[[str], dict[str, Any]]
 #: A `matchConditions` item: `{"name": ..., "expression": ...}`, the expression in CEL.
 MatchCondition = dict[str, str]
+#: The handler id (and path) of every scope controller's pod webhook.
+POD_WEBHOOK = "mutate-pod"
+
+
+def webhook_name(controller: str, handler_id: str) -> str:
+    """The name of a controller's webhook, as its configuration registers it."""
+    return f"{handler_id}.{controller}.{identity.BOOKKEEPING_DOMAIN}"
 
 
 def entry(
@@ -30,7 +39,7 @@ def entry(
     those fail while the controller is down.
     """
     webhook: dict[str, Any] = {
-        "name": f"{handler_id}.{controller}.mnnvl.dev",
+        "name": webhook_name(controller, handler_id),
         "clientConfig": client_config(f"/{handler_id}"),
         "rules": [rule],
         "failurePolicy": "Fail",
@@ -148,7 +157,7 @@ def scope_configurations(
     pod_rule = rule("v1", "pods", ("CREATE",))
     pods = entry(
         controller,
-        "mutate-pod",
+        POD_WEBHOOK,
         pod_rule,
         client_config,
         objectSelector={"matchLabels": {keys.SCOPE_LABEL: scope}},

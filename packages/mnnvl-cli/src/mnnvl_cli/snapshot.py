@@ -1,0 +1,273 @@
+"""What every command decides on: the objects of one read of the cluster, as plain dicts, and facts derived from
+them that more than one command needs (whose a domain is, whether it is ready, why a container has no claim)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import domains, enrollment, injection, opt_in, ownership, references
+from mnnvl_api.models import disaggregatedset
+
+Object = dict[str, Any]
+LWS_KIND = "LeaderWorkerSet"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """One list per resource kind. `disaggregatedsets` and `domains` are None when their API is not served."""
+
+    leaderworkersets: Sequence[Object]
+    disaggregatedsets: Sequence[Object] | None
+    pods: Sequence[Object]
+    domains: Sequence[Object] | None
+    #: (namespace, name) of each ResourceClaimTemplate → its creationTimestamp.
+    claim_templates: Mapping[tuple[str, str], str]
+    #: node name → its clique label (nodes without one are absent).
+    node_cliques: Mapping[str, str]
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"].get("namespace") or "")
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj["metadata"].get("labels") or {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return obj["metadata"].get("annotations") or {}
+
+
+# --- workloads -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+    """A LeaderWorkerSet (not one a DisaggregatedSet made) or a DisaggregatedSet, and how it opted in."""
+
+    kind: str  # LWS_KIND or keys.DS_KIND
+    namespace: str
+    name: str
+    uid: str
+    #: `enabled`, `disabled` or `not set` (LWS); for a DisaggregatedSet, each role's scope.
+    opt_in: str
+    role_scopes: Mapping[str, str]
+    body: Object
+
+    @property
+    def manager(self) -> str:
+        return keys.LWS_CONTROLLER if self.kind == LWS_KIND else keys.DS_CONTROLLER
+
+    @property
+    def managed(self) -> bool:
+        """Opted in (LWS) or with a role enrolled in a scope (DisaggregatedSet)."""
+        if self.kind == LWS_KIND:
+            return self.opt_in == keys.OPT_IN_ENABLED
+        return any(scope != enrollment.RoleScope.NONE.value for scope in self.role_scopes.values())
+
+    @property
+    def reference(self) -> str:
+        return f"{'lws' if self.kind == LWS_KIND else 'disaggregatedset'}/{self.name}"
+
+
+def workloads_of(snapshot: Snapshot) -> list[Workload]:
+    """Every top-level workload: the LeaderWorkerSets no DisaggregatedSet controls, and the DisaggregatedSets."""
+    found = [
+        _lws_workload(lws)
+        for lws in snapshot.leaderworkersets
+        if not ownership.controlled_by_disaggregated_set(lws["metadata"])
+    ]
+    found += [_ds_workload(ds) for ds in snapshot.disaggregatedsets or ()]
+    return sorted(found, key=lambda w: (w.namespace, w.kind, w.name))
+
+
+def _lws_workload(lws: Object) -> Workload:
+    value = annotations_of(lws).get(keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    return Workload(
+        kind=LWS_KIND,
+        namespace=namespace_of(lws),
+        name=name_of(lws),
+        uid=str(lws["metadata"].get("uid", "")),
+        opt_in=value if value in keys.OPT_IN_VALUES else "not set" if value is None else f"invalid ({value!r})",
+        role_scopes={},
+        body=lws,
+    )
+
+
+def _ds_workload(ds: Object) -> Workload:
+    try:
+        parsed = disaggregatedset.DisaggregatedSet.model_validate(ds)
+        scopes = {role: scope.value for role, scope in enrollment.enroll_roles(parsed).scopes.items()}
+    except ValueError:  # a DisaggregatedSet our model cannot read: no role is enrolled as far as we can tell
+        scopes = {}
+    value = annotations_of(ds).get(keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION)
+    return Workload(
+        kind=keys.DS_KIND,
+        namespace=namespace_of(ds),
+        name=name_of(ds),
+        uid=str(ds["metadata"].get("uid", "")),
+        opt_in=value if value in keys.OPT_IN_VALUES else "not set" if value is None else f"invalid ({value!r})",
+        role_scopes=scopes,
+        body=ds,
+    )
+
+
+def workload_of_pod(pod: Mapping[str, Any], workloads: Sequence[Workload]) -> Workload | None:
+    """The top-level workload a pod belongs to, by its labels: its DisaggregatedSet, else its LeaderWorkerSet."""
+    labels = labels_of(pod)
+    namespace = namespace_of(pod)
+    ds = labels.get(keys.DS_NAME_LABEL)
+    kind, name = (keys.DS_KIND, ds) if ds else (LWS_KIND, labels.get(keys.LWS_NAME_LABEL))
+    for workload in workloads:
+        if workload.kind == kind and workload.name == name and workload.namespace == namespace:
+            return workload
+    return None
+
+
+# --- domains ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DomainState:
+    """A domain as a pod of `workload` sees it: whether the controllers release pods onto it, and why not."""
+
+    name: str
+    exists: bool
+    ready: bool
+    #: When it became what it is: ready (its claim template's creation), else the domain's creation or deletion.
+    since: str | None
+    #: Why pods wait (empty when ready), in plain words.
+    reason: str
+    #: The driver's own `status.status` (informational: pods are never gated on it).
+    driver_status: str | None
+    foreign: bool = False
+
+
+def domain_state(snapshot: Snapshot, namespace: str, name: str, *, workload: Workload | None) -> DomainState:
+    """Whether the domain `name` in `namespace` is ready for pods of `workload` (`domains.is_ready`), and why not."""
+    found = next(
+        (d for d in snapshot.domains or () if namespace_of(d) == namespace and name_of(d) == name),
+        None,
+    )
+    template = names.claim_template_name(name)
+    template_created = snapshot.claim_templates.get((namespace, template))
+    if found is None:
+        return DomainState(
+            name=name,
+            exists=False,
+            ready=False,
+            since=None,
+            reason=f"ComputeDomain {name} does not exist (yet): its controller creates it",
+            driver_status=None,
+        )
+    facts = domains.facts_of(found)
+    meta = found["metadata"]
+    driver_status = (found.get("status") or {}).get("status")
+    owned = workload is not None and domains.is_owned_by(facts, owner_uid=workload.uid, manager=workload.manager)
+    since = str(meta.get("creationTimestamp") or "") or None
+    if not owned:
+        whose = "the workload" if workload is None else f"{workload.reference} (uid {workload.uid})"
+        return DomainState(
+            name=name,
+            exists=True,
+            ready=False,
+            since=since,
+            reason=f"name collision: ComputeDomain {name} is not {whose}'s; it is {domains.describe_owner(facts)}",
+            driver_status=driver_status,
+            foreign=True,
+        )
+    reason = ""
+    if facts.deleting:
+        reason, since = f"ComputeDomain {name} is being deleted", str(meta.get("deletionTimestamp"))
+    elif facts.condemned:
+        reason = f"ComputeDomain {name} is about to be deleted (condemned: no pod is admitted onto it)"
+    elif template_created is None:
+        reason = f"waiting for the NVIDIA driver to create ResourceClaimTemplate {template}"
+    return DomainState(
+        name=name,
+        exists=True,
+        ready=not reason,
+        since=template_created if not reason else since,
+        reason=reason,
+        driver_status=driver_status,
+    )
+
+
+def users_of(snapshot: Snapshot, domain: Mapping[str, Any]) -> list[str]:
+    """The non-terminal pods of the snapshot that hold the domain's claim or record the domain."""
+    facts = domains.facts_of(domain)
+    return references.users_of(
+        (p for p in snapshot.pods if namespace_of(p) == facts.namespace),
+        domain=facts.name,
+        claim_template=facts.claim_template,
+    )
+
+
+# --- containers ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Containers:
+    """Which of a pod's containers hold the channel claim, and why each of the others does not."""
+
+    claimed: list[str]
+    #: container name → why it holds no claim.
+    unclaimed: dict[str, str]
+    #: The pod should hold the claim and does not: it was admitted without mnnvl's pod webhook.
+    missing_claim: bool
+
+
+def containers_of(pod: Mapping[str, Any], *, workload: Workload | None) -> Containers:
+    spec = pod.get("spec") or {}
+    pod_annotations = annotations_of(pod)
+    everything = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    claimed = [c["name"] for c in everything if _holds_channel(c)]
+    scope = labels_of(pod).get(keys.SCOPE_LABEL)
+    targets, _ = injection.target_containers(spec, pod_annotations)
+    target_names = {t.name for t in targets}
+    named = injection.named_containers(pod_annotations)
+    unclaimed: dict[str, str] = {}
+    for container in spec.get("containers") or ():
+        name = container["name"]
+        if name in claimed:
+            continue
+        if scope is None:
+            unclaimed[name] = _why_out_of_scope(pod, workload)
+        elif named is not None and name not in target_names:
+            unclaimed[name] = f"not targeted ({keys.COMPUTE_DOMAIN_CONTAINERS_ANNOTATION} names {', '.join(named)})"
+        elif not injection.requests_gpu(container):
+            unclaimed[name] = "CPU-only"
+        else:
+            unclaimed[name] = "missing: admitted without mnnvl's pod webhook"
+    missing = scope is not None and not claimed and injection.lacks_channel_claim(spec, pod_annotations)
+    return Containers(claimed=claimed, unclaimed=unclaimed, missing_claim=missing)
+
+
+def _holds_channel(container: Mapping[str, Any]) -> bool:
+    claims = (container.get("resources") or {}).get("claims") or ()
+    return any(claim.get("name") == keys.CHANNEL_CLAIM_NAME for claim in claims)
+
+
+def _why_out_of_scope(pod: Mapping[str, Any], workload: Workload | None) -> str:
+    if workload is None:
+        return "its workload is gone"
+    if workload.kind == keys.DS_KIND:
+        role = labels_of(pod).get(keys.DS_ROLE_LABEL, "")
+        scope = workload.role_scopes.get(role)
+        if scope == enrollment.RoleScope.NONE.value:
+            return f"role {role} opted out"
+    elif not opt_in.is_opted_in(annotations_of(workload.body), keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION):
+        return "workload not opted in"
+    return "pod template not stamped (created before the opt-in took effect, or without mnnvl's webhooks)"
+
+
+def clique_of(snapshot: Snapshot, pod: Mapping[str, Any]) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return snapshot.node_cliques.get(str(node)) if node else None

@@ -1,0 +1,303 @@
+"""`kubectl mnnvl status`: per opted-in workload, each group (LeaderWorkerSet) or (slice, revision)
+(DisaggregatedSet) with its ComputeDomain and pods, and its obsolete domains with the pods they wait for.
+
+A pure function of one `Snapshot`; the same facts are rendered as a table, JSON or YAML."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mnnvl_api import keys, names
+from mnnvl_api.decisions import domains, injection, references
+
+from . import render
+from .snapshot import (
+    LWS_KIND,
+    Object,
+    Snapshot,
+    Workload,
+    annotations_of,
+    clique_of,
+    containers_of,
+    domain_state,
+    labels_of,
+    name_of,
+    namespace_of,
+    users_of,
+    workloads_of,
+)
+
+
+class Domain(render.Report):
+    name: str
+    exists: bool
+    ready: bool
+    since: str | None
+    reason: str
+    driver_status: str | None
+
+
+class Pod(render.Report):
+    name: str
+    role: str
+    phase: str
+    gated: bool
+    node: str | None
+    clique: str | None
+    domain: str | None
+    claim_in: list[str]
+    #: container → why it holds no claim.
+    no_claim: dict[str, str]
+
+
+class Unit(render.Report):
+    """A group of a LeaderWorkerSet (`group` set) or a (slice, revision) of a DisaggregatedSet."""
+
+    group: str | None = None
+    slice: str | None = None
+    revision: str | None = None
+    domain: Domain | None
+    pods: list[Pod]
+
+
+class ObsoleteDomain(render.Report):
+    name: str
+    state: str
+    #: The non-terminal pods still using it; it goes once they are gone.
+    waiting_for: list[str]
+
+
+class WorkloadStatus(render.Report):
+    kind: str
+    namespace: str
+    name: str
+    opt_in: str
+    #: DisaggregatedSet only: each role's scope (slice, replica or none).
+    role_scopes: dict[str, str]
+    units: list[Unit]
+    obsolete_domains: list[ObsoleteDomain]
+
+
+def statuses(snapshot: Snapshot, *, named: str | None = None) -> list[WorkloadStatus]:
+    """Every opted-in or enrolled workload of the snapshot (and the one `named`, opted in or not; `named` may be
+    `NAME`, `lws/NAME` or `disaggregatedset/NAME`)."""
+    found = []
+    for workload in workloads_of(snapshot):
+        if named is not None and not matches(workload, named):
+            continue
+        if named is None and not workload.managed:
+            continue
+        found.append(status_of(snapshot, workload))
+    return found
+
+
+def matches(workload: Workload, named: str) -> bool:
+    kind, _, name = named.rpartition("/")
+    kinds = {
+        "": (LWS_KIND, keys.DS_KIND),
+        "lws": (LWS_KIND,),
+        "leaderworkerset": (LWS_KIND,),
+        "leaderworkersets": (LWS_KIND,),
+        "ds": (keys.DS_KIND,),
+        "disaggregatedset": (keys.DS_KIND,),
+        "disaggregatedsets": (keys.DS_KIND,),
+    }
+    return workload.name == name and workload.kind in kinds.get(kind.lower(), ())
+
+
+def pods_of(snapshot: Snapshot, workload: Workload) -> list[Object]:
+    label = keys.LWS_NAME_LABEL if workload.kind == LWS_KIND else keys.DS_NAME_LABEL
+    return sorted(
+        (
+            p
+            for p in snapshot.pods
+            if namespace_of(p) == workload.namespace
+            and labels_of(p).get(label) == workload.name
+            and (workload.kind != LWS_KIND or keys.DS_NAME_LABEL not in labels_of(p))
+        ),
+        key=name_of,
+    )
+
+
+def status_of(snapshot: Snapshot, workload: Workload) -> WorkloadStatus:
+    pods = pods_of(snapshot, workload)
+    units = _lws_units(snapshot, workload, pods) if workload.kind == LWS_KIND else _ds_units(snapshot, workload, pods)
+    current = {u.domain.name for u in units if u.domain is not None}
+    obsolete = [
+        _obsolete(snapshot, d)
+        for d in snapshot.domains or ()
+        if namespace_of(d) == workload.namespace
+        and labels_of(d).get(keys.OWNER_UID_LABEL) == workload.uid
+        and domains.facts_of(d).managed
+        and name_of(d) not in current
+    ]
+    return WorkloadStatus(
+        kind=workload.kind,
+        namespace=workload.namespace,
+        name=workload.name,
+        opt_in=workload.opt_in,
+        role_scopes=dict(workload.role_scopes),
+        units=units,
+        obsolete_domains=sorted(obsolete, key=lambda d: d.name),
+    )
+
+
+def _lws_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -> list[Unit]:
+    groups: dict[str, list[Object]] = {}
+    for pod in pods:
+        groups.setdefault(labels_of(pod).get(keys.LWS_GROUP_INDEX_LABEL, "?"), []).append(pod)
+    units = []
+    for group in sorted(groups, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g)):
+        members = groups[group]
+        leader = next((p for p in members if _is_leader(p)), None)
+        recorded = references.recorded_domain(leader) if leader else None
+        recorded = recorded or next((d for p in members if (d := references.recorded_domain(p))), None)
+        units.append(
+            Unit(
+                group=group,
+                domain=_domain(snapshot, workload, recorded) if recorded else None,
+                pods=[_pod(snapshot, workload, p) for p in members],
+            )
+        )
+    return units
+
+
+def _ds_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -> list[Unit]:
+    units: dict[tuple[str, str], list[Object]] = {}
+    for pod in pods:
+        labels = labels_of(pod)
+        units.setdefault((labels.get(keys.DS_SLICE_LABEL, "0"), labels.get(keys.DS_REVISION_LABEL, "")), []).append(pod)
+    for child in snapshot.leaderworkersets:  # a (slice, revision) whose child LeaderWorkerSets have no pod yet
+        labels = labels_of(child)
+        if namespace_of(child) == workload.namespace and labels.get(keys.DS_NAME_LABEL) == workload.name:
+            units.setdefault((labels.get(keys.DS_SLICE_LABEL, "0"), labels.get(keys.DS_REVISION_LABEL, "")), [])
+    sliced = any(scope == keys.SCOPE_SLICE for scope in workload.role_scopes.values())
+    return [
+        Unit(
+            slice=slice_index,
+            revision=revision,
+            domain=_domain(snapshot, workload, names.slice_domain_name(workload.name, int(slice_index), revision))
+            if sliced and slice_index.isdigit() and revision
+            else None,
+            pods=[_pod(snapshot, workload, p) for p in units[(slice_index, revision)]],
+        )
+        for slice_index, revision in sorted(units, key=lambda k: (int(k[0]) if k[0].isdigit() else -1, k[1]))
+    ]
+
+
+def _is_leader(pod: Mapping[str, Any]) -> bool:
+    return labels_of(pod).get(keys.LWS_WORKER_INDEX_LABEL) == "0"
+
+
+def _domain(snapshot: Snapshot, workload: Workload, name: str) -> Domain:
+    state = domain_state(snapshot, workload.namespace, name, workload=workload)
+    return Domain(
+        name=state.name,
+        exists=state.exists,
+        ready=state.ready,
+        since=state.since,
+        reason=state.reason,
+        driver_status=state.driver_status,
+    )
+
+
+def _pod(snapshot: Snapshot, workload: Workload, pod: Object) -> Pod:
+    containers = containers_of(pod, workload=workload)
+    labels = labels_of(pod)
+    position = "leader" if _is_leader(pod) else "worker"
+    role = labels.get(keys.DS_ROLE_LABEL)
+    return Pod(
+        name=name_of(pod),
+        role=f"{role}/{position}" if role else position,
+        phase=str((pod.get("status") or {}).get("phase") or "Unknown")
+        + (" (terminating)" if pod["metadata"].get("deletionTimestamp") else ""),
+        gated=injection.is_gated(pod.get("spec") or {}),
+        node=(pod.get("spec") or {}).get("nodeName"),
+        clique=clique_of(snapshot, pod),
+        domain=references.recorded_domain(pod) or annotations_of(pod).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION),
+        claim_in=containers.claimed,
+        no_claim=containers.unclaimed,
+    )
+
+
+def _obsolete(snapshot: Snapshot, domain: Object) -> ObsoleteDomain:
+    facts = domains.facts_of(domain)
+    users = users_of(snapshot, domain)
+    if facts.deleting:
+        state = "deleting: held by the protection finalizer" if facts.protected else "deleting"
+    elif facts.condemned:
+        state = "condemned: being deleted"
+    elif users:
+        state = "obsolete: deleted once its pods are gone"
+    else:
+        state = "obsolete: no pod uses it; its controller deletes it"
+    return ObsoleteDomain(name=facts.name, state=state, waiting_for=users)
+
+
+# --- output ----------------------------------------------------------------------------------------------
+
+
+def as_data(found: Sequence[WorkloadStatus]) -> dict[str, Any]:
+    return {"workloads": [s.model_dump(by_alias=True, mode="json") for s in found]}
+
+
+def as_table(found: Sequence[WorkloadStatus], *, now: datetime.datetime, style: render.Style) -> str:
+    if not found:
+        return "No workload opts in to automatic ComputeDomains here (name one to see it anyway)."
+    lines: list[str] = []
+    for status in found:
+        lines += _workload_lines(status, now=now, style=style)
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _workload_lines(status: WorkloadStatus, *, now: datetime.datetime, style: render.Style) -> list[str]:
+    count = len(status.units)
+    if status.kind == LWS_KIND:
+        opt_in = f"auto-compute-domain: {status.opt_in}"
+        what = f"{count} group{'' if count == 1 else 's'}"
+    else:
+        opt_in = f"auto-compute-domain: {status.opt_in}; roles: " + ", ".join(
+            f"{role}={scope}" for role, scope in status.role_scopes.items()
+        )
+        what = f"{count} (slice, revision){'' if count == 1 else ' pairs'}"
+    lines = [style.paint(f"{status.kind} {status.namespace}/{status.name}", "bold") + f"  {opt_in}  ({what})"]
+    for unit in status.units:
+        where = f"group {unit.group}" if unit.group is not None else f"slice {unit.slice} revision {unit.revision}"
+        lines.append(f"  {where}: {_domain_line(unit.domain, now=now, style=style)}")
+        rows = [["POD", "ROLE", "PHASE", "GATE", "NODE", "CLIQUE", "CLAIM IN", "NO CLAIM"]]
+        reasons: dict[str, str] = {}
+        for pod in unit.pods:
+            reasons.update(pod.no_claim)
+            rows.append(
+                [
+                    pod.name,
+                    pod.role,
+                    pod.phase,
+                    style.paint("gated", "yellow") if pod.gated else "-",
+                    pod.node or "-",
+                    render.short_clique(pod.clique),
+                    ",".join(pod.claim_in) or "-",
+                    ",".join(pod.no_claim) or "-",
+                ]
+            )
+        lines += render.table(rows, indent=4) if unit.pods else ["    (no pods yet)"]
+        lines += [f"    no claim in {container}: {why}" for container, why in sorted(reasons.items())]
+    for obsolete in status.obsolete_domains:
+        waiting = f"; waiting for pods: {', '.join(obsolete.waiting_for)}" if obsolete.waiting_for else ""
+        lines.append(f"  obsolete ComputeDomain {obsolete.name}: {obsolete.state}{waiting}")
+    return lines
+
+
+def _domain_line(domain: Domain | None, *, now: datetime.datetime, style: render.Style) -> str:
+    if domain is None:
+        return "no ComputeDomain (no pod records one)"
+    driver = f", driver status {domain.driver_status}" if domain.driver_status else ""
+    if domain.ready:
+        return (
+            f"ComputeDomain {domain.name} {style.paint('ready', 'green')} for {render.age(domain.since, now)}{driver}"
+        )
+    since = f" for {render.age(domain.since, now)}" if domain.since else ""
+    return f"ComputeDomain {domain.name} {style.paint('not ready', 'red')}{since}: {domain.reason}{driver}"
