@@ -98,25 +98,25 @@ def belongs_to(orphan: Orphan) -> domain_writer.Belongs:
     return lambda facts: facts.uid == orphan.uid and facts.managed and facts.owner_uid == orphan.owner_uid
 
 
-async def collect(client: kube.Kube, found: Sequence[Orphan], *, fence: float) -> dict[str, str]:
+async def collect(client: kube.Api, found: Sequence[Orphan], *, fence: float) -> dict[str, str]:
     """Delete (fenced) and release every orphan no pod uses; returns `namespace/name` → what became of it."""
     writer = domain_writer.DomainWriter(client, component=keys.CLI, scope=METRICS_SCOPE, fence_seconds=fence)
-    workload_uids = _workload_uids(client, {o.namespace for o in found if o.action is not Action.KEEP})
-    results = await asyncio.gather(
-        *(_collect_one(writer, o, workload_uids) for o in found if o.action is not Action.KEEP)
-    )
-    return dict(results)
+    acted_on = [o for o in found if o.action is not Action.KEEP]
+    workload_uids = await _workload_uids(client, {o.namespace for o in acted_on})
+    return dict(await asyncio.gather(*(_collect_one(writer, o, workload_uids) for o in acted_on)))
 
 
-def _workload_uids(client: kube.Kube, namespaces: set[str]) -> set[str]:
+async def _workload_uids(client: kube.Api, namespaces: set[str]) -> set[str]:
     """Afresh, just before writing: the uids of the workloads in these namespaces (one list per kind each)."""
     uids: set[str] = set()
     for namespace in sorted(namespaces):
         for api_version, plural in ((keys.LWS_API_VERSION, keys.LWS_PLURAL), (keys.DS_API_VERSION, keys.DS_PLURAL)):
-            uids |= {
-                str(w["metadata"].get("uid"))
-                for w in reading.list_all(client, api_version, plural, namespace=namespace) or ()
-            }
+            try:
+                async for page in kube.pages(client, api_version, plural, namespace=namespace):
+                    uids |= {str(w["metadata"].get("uid")) for w in page.items}
+            except kube.ApiError as error:
+                if error.status != 404:  # a kind not served has no workloads
+                    raise
     return uids
 
 

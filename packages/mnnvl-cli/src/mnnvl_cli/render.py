@@ -49,11 +49,12 @@ def table(rows: Sequence[Sequence[str]], *, indent: int = 0, width: int = WIDTH)
     for row in rows:
         cells = [cell + " " * (widths[i] - visible_length(cell)) for i, cell in enumerate(row[:-1])]
         line = " " * indent + "  ".join([*cells, row[-1]])
-        lines.append(_cut(line.rstrip(), width))
+        lines.append(fit(line.rstrip(), width))
     return lines
 
 
-def _cut(line: str, width: int) -> str:
+def fit(line: str, width: int = WIDTH) -> str:
+    """The line, cut with an ellipsis when it is wider than `width` (the full facts are in `-o json`)."""
     if visible_length(line) <= width:
         return line
     if _ANSI.search(line):  # cut the plain text; colours of a cut line are dropped rather than left open

@@ -143,7 +143,7 @@ class DomainState:
     ready: bool
     #: When it became what it is: ready (its claim template's creation), else the domain's creation or deletion.
     since: str | None
-    #: Why pods wait (empty when ready), in plain words.
+    #: Why pods wait (empty when ready), in plain words, of the domain ("it").
     reason: str
     #: The driver's own `status.status` (informational: pods are never gated on it).
     driver_status: str | None
@@ -164,7 +164,7 @@ def domain_state(snapshot: Snapshot, namespace: str, name: str, *, workload: Wor
             exists=False,
             ready=False,
             since=None,
-            reason=f"ComputeDomain {name} does not exist (yet): its controller creates it",
+            reason="it does not exist (yet): its controller creates it",
             driver_status=None,
         )
     facts = domains.facts_of(found)
@@ -179,15 +179,15 @@ def domain_state(snapshot: Snapshot, namespace: str, name: str, *, workload: Wor
             exists=True,
             ready=False,
             since=since,
-            reason=f"name collision: ComputeDomain {name} is not {whose}'s; it is {domains.describe_owner(facts)}",
+            reason=f"name collision: it is not {whose}'s but {domains.describe_owner(facts)}",
             driver_status=driver_status,
             foreign=True,
         )
     reason = ""
     if facts.deleting:
-        reason, since = f"ComputeDomain {name} is being deleted", str(meta.get("deletionTimestamp"))
+        reason, since = "it is being deleted", str(meta.get("deletionTimestamp"))
     elif facts.condemned:
-        reason = f"ComputeDomain {name} is about to be deleted (condemned: no pod is admitted onto it)"
+        reason = "it is about to be deleted (condemned: no pod is admitted onto it)"
     elif template_created is None:
         reason = f"waiting for the NVIDIA driver to create ResourceClaimTemplate {template}"
     return DomainState(

@@ -152,8 +152,9 @@ def _lws_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -
     for group in sorted(groups, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g)):
         members = groups[group]
         leader = next((p for p in members if _is_leader(p)), None)
+        # A group's domain is its leader's (the leader's incarnation names it); workers recording another one
+        # are draining from a retired incarnation, and a group whose leader is gone has no current domain.
         recorded = references.recorded_domain(leader) if leader else None
-        recorded = recorded or next((d for p in members if (d := references.recorded_domain(p))), None)
         units.append(
             Unit(
                 group=group,
@@ -226,13 +227,13 @@ def _obsolete(snapshot: Snapshot, domain: Object) -> ObsoleteDomain:
     facts = domains.facts_of(domain)
     users = users_of(snapshot, domain)
     if facts.deleting:
-        state = "deleting: held by the protection finalizer" if facts.protected else "deleting"
+        state = "being deleted, held by the protection finalizer" if facts.protected else "being deleted"
     elif facts.condemned:
-        state = "condemned: being deleted"
+        state = "condemned: about to be deleted"
     elif users:
-        state = "obsolete: deleted once its pods are gone"
+        state = "deleted once its pods are gone"
     else:
-        state = "obsolete: no pod uses it; its controller deletes it"
+        state = "no pod uses it; its controller deletes it"
     return ObsoleteDomain(name=facts.name, state=state, waiting_for=users)
 
 
@@ -250,7 +251,7 @@ def as_table(found: Sequence[WorkloadStatus], *, now: datetime.datetime, style: 
     for status in found:
         lines += _workload_lines(status, now=now, style=style)
         lines.append("")
-    return "\n".join(lines).rstrip()
+    return "\n".join(render.fit(line) for line in lines).rstrip()
 
 
 def _workload_lines(status: WorkloadStatus, *, now: datetime.datetime, style: render.Style) -> list[str]:
@@ -293,7 +294,7 @@ def _workload_lines(status: WorkloadStatus, *, now: datetime.datetime, style: re
 
 def _domain_line(domain: Domain | None, *, now: datetime.datetime, style: render.Style) -> str:
     if domain is None:
-        return "no ComputeDomain (no pod records one)"
+        return "no ComputeDomain (no leader pod records one)"
     driver = f", driver status {domain.driver_status}" if domain.driver_status else ""
     if domain.ready:
         return (
