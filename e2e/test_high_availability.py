@@ -11,13 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from mnnvl_api import keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, processes, testing
 
 from . import workloads
 
-LEASE_PATH = kube.path_of("coordination.k8s.io/v1", "leases", namespace=controllers.NAMESPACE, name=keys.LWS_CONTROLLER)
+LEASE_PATH = workloads.LWS_LEASE_PATH
 
 
 @pytest.fixture

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
-import urllib.request
-
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import controllers, testing
 
 from . import workloads
-
-LEASE_PATH = kube.path_of("coordination.k8s.io/v1", "leases", namespace=controllers.NAMESPACE, name=keys.LWS_CONTROLLER)
 
 
 def uids(pods: list[kube.Object]) -> set[str]:
@@ -188,23 +183,12 @@ def test_unset_and_disabled_produce_the_same_revision(api: kube.Kube, ns: str) -
     assert {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/template-revision-hash"] for p in after} == revision
 
 
-def lease_held(replica: controllers.Replica) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
-        return "mnnvl_lease_held 1.0" in response.read().decode()
-
-
 def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
     api: kube.Kube, ns: str, lws_replicas: list[controllers.Replica]
 ) -> None:
     """If a ComputeDomain with the generated name exists and is not managed by the same workload, LWS does not adopt it. It emits an UnexpectedComputeDomainOwner Warning event and keeps the leader gated."""
     # Hold the controller's Lease so nothing reconciles while the foreign domain is put in place.
-    # A merge patch, not read-then-PUT: the controller renews concurrently, and a PUT of what was read would
-    # meet its renewal as a conflict. Its own next renewal then sees another holder and steps down.
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    held = {"spec": {"holderIdentity": "e2e-test", "leaseDurationSeconds": 3600, "renewTime": now}}
-    api.request("PATCH", LEASE_PATH, body=held, content_type=kube.MERGE_PATCH)
-    try:
-        testing.wait_for(lambda: not lease_held(lws_replicas[0]), what="mnnvl-lws to see it lost the Lease", timeout=30)
+    with workloads.lws_lease_taken(api, lws_replicas[0]):
         workloads.create_lws(api, ns, workloads.lws_manifest("clash", replicas=1, size=2))
         leader = testing.wait_for(
             lambda: api.get("v1", "pods", "clash-0", namespace=ns), what="the leader pod", timeout=60
@@ -212,13 +196,6 @@ def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
         name = workloads.domain_of(leader)
         assert name is not None
         workloads.create_foreign_domain(api, ns, name, {"team": "someone-else"})
-    finally:
-        api.request(
-            "PATCH",
-            LEASE_PATH,
-            body={"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}},
-            content_type=kube.MERGE_PATCH,
-        )
 
     def warned() -> list[kube.Object]:
         found = api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={events.UNEXPECTED_OWNER_REASON}")

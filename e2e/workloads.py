@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import pathlib
 import re
+import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +18,7 @@ import yaml
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
 from mnnvl_runtime import kube
-from mnnvl_testbed import testing
+from mnnvl_testbed import controllers, testing
 from mnnvl_testbed.workloads import (
     CD_API,
     DS_API,
@@ -411,3 +414,35 @@ def domain_labelled_as(ns: str, name: str, manager: str) -> dict[str, Any]:
         },
         "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}}},
     }
+
+
+LWS_LEASE_PATH = kube.path_of(
+    "coordination.k8s.io/v1", "leases", namespace=controllers.NAMESPACE, name=keys.LWS_CONTROLLER
+)
+
+
+def lease_held(replica: controllers.Replica) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
+        return "mnnvl_lease_held 1.0" in response.read().decode()
+
+
+@contextlib.contextmanager
+def lws_lease_taken(api: kube.Kube, replica: controllers.Replica) -> Iterator[None]:
+    """mnnvl-lws's Lease held by the test, so nothing reconciles meanwhile (pod webhooks still answer); given back
+    afterwards.
+
+    A merge patch, not read-then-PUT: the controller renews concurrently, and a PUT of what was read would meet its
+    renewal as a conflict. Its own next renewal then sees another holder and steps down."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    held = {"spec": {"holderIdentity": "e2e-test", "leaseDurationSeconds": 3600, "renewTime": now}}
+    api.request("PATCH", LWS_LEASE_PATH, body=held, content_type=kube.MERGE_PATCH)
+    try:
+        testing.wait_for(lambda: not lease_held(replica), what="mnnvl-lws to see it lost the Lease", timeout=30)
+        yield
+    finally:
+        api.request(
+            "PATCH",
+            LWS_LEASE_PATH,
+            body={"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}},
+            content_type=kube.MERGE_PATCH,
+        )
