@@ -37,7 +37,8 @@ def test_a_gated_pod_whose_domain_name_collides_with_a_foreign_domain_says_so_an
     found = explain.explain(pod, snapshot, controllers=installed(gate=True), webhooks=POD_WEBHOOKS)
     assert found.verdict.startswith(f"gated until ComputeDomain {DOMAIN} is ready: name collision")
     domain = links(found)["domain"]
-    assert domain.problem and domain.look_at == f"kubectl -n {objects.NS} get computedomain {DOMAIN} -o yaml"
+    assert domain.problem
+    assert domain.look_at == f"kubectl -n {objects.NS} get computedomain {DOMAIN} -o yaml"
     assert "not mnnvl" in domain.finding or "not managed by mnnvl" in domain.finding
 
 
@@ -76,9 +77,11 @@ def test_a_stamped_pod_admitted_without_the_webhook_is_told_to_be_recreated() ->
     snapshot = objects.cluster(leaderworkersets=[objects.lws()], pods=[pod])
     found = explain.explain(pod, snapshot, controllers=installed(gate=True), webhooks=set())
     found_links = links(found)
-    assert found_links["domain"].problem and "without mnnvl-lws's pod webhook" in found_links["domain"].finding
+    assert found_links["domain"].problem
+    assert "without mnnvl-lws's pod webhook" in found_links["domain"].finding
     assert found_links["claim"].problem
-    assert found_links["claim"].look_at is not None and "delete pod deepseek-r1-0" in found_links["claim"].look_at
+    assert found_links["claim"].look_at is not None
+    assert "delete pod deepseek-r1-0" in found_links["claim"].look_at
     assert found_links["webhook"].finding.startswith("mutate-pod.mnnvl-lws.mnnvl.dev is not registered")
 
 
@@ -95,5 +98,6 @@ def test_the_text_marks_problems_and_stays_plain_off_a_terminal() -> None:
     pod = objects.pod("deepseek-r1-0", domain=DOMAIN, gated=True)
     snapshot = objects.cluster(leaderworkersets=[objects.lws()], pods=[pod], domains=[])
     text = explain.as_text(explain.explain(pod, snapshot, controllers=None, webhooks=None), render.Style())
-    assert "✗ domain" in text and "\x1b[" not in text
+    assert "✗ domain" in text
+    assert "\x1b[" not in text
     assert "(mnnvl-lws was not found installed" in text

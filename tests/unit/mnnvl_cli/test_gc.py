@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import references
-from mnnvl_cli import gc
+from mnnvl_api.models import configuration as configuration_file
+from mnnvl_cli import gc, release
 
 from ..mnnvl_api.domain_builders import UID
 from ..mnnvl_runtime.memory_api import MemoryApi
@@ -154,7 +155,8 @@ def test_a_pod_that_appears_during_the_fence_keeps_the_domain() -> None:
     outcome = asyncio.run(scenario())
     assert outcome == {f"{objects.NS}/{ORPHAN}": "kept: used by late"}
     kept = api.get(keys.COMPUTE_DOMAIN_PLURAL, objects.NS, ORPHAN)
-    assert kept is not None and not kept["metadata"].get("deletionTimestamp")
+    assert kept is not None
+    assert not kept["metadata"].get("deletionTimestamp")
     assert keys.CONDEMNED_ANNOTATION not in kept["metadata"].get("annotations", {})  # pods are admitted onto it again
 
 
@@ -187,9 +189,6 @@ def test_an_orphan_whose_workload_is_found_afresh_is_kept() -> None:
 
 @pytest.mark.parametrize("configured", [[], [3.0, 61.0]])
 def test_the_fence_is_the_longest_a_scope_controller_uses(configured: list[float]) -> None:
-    from mnnvl_api.models import configuration as configuration_file
-    from mnnvl_cli import release
-
     controllers = [
         release.InstalledController(
             controller=keys.LWS_CONTROLLER if i == 0 else keys.DS_CONTROLLER,

@@ -7,6 +7,7 @@ import json
 
 from mnnvl_api import keys
 from mnnvl_cli import render, status
+from mnnvl_cli.snapshot import Snapshot
 
 from ..mnnvl_api.domain_builders import UID
 from . import objects
@@ -17,7 +18,7 @@ WAITING = "deepseek-r1-1-hjklm"
 RETIRED = "deepseek-r1-0-nprst"
 
 
-def two_groups() -> objects.snapshot.Snapshot:
+def two_groups() -> Snapshot:
     """Group 0 runs on a ready domain; group 1's domain is not made yet (its pods are gated); a retired domain of
     group 0 still has a draining pod, another retired one has none."""
     return objects.cluster(
@@ -37,10 +38,13 @@ def two_groups() -> objects.snapshot.Snapshot:
 def test_each_group_has_its_domain_readiness_and_pods() -> None:
     [found] = status.statuses(two_groups())
     units = {unit.group: unit for unit in found.units}
-    assert units["0"].domain is not None and units["0"].domain.ready
+    assert units["0"].domain is not None
+    assert units["0"].domain.ready
     assert units["0"].domain.since == "2026-12-04T10:00:02Z"  # when its claim template appeared
     waiting = units["1"].domain
-    assert waiting is not None and not waiting.ready and not waiting.exists
+    assert waiting is not None
+    assert not waiting.ready
+    assert not waiting.exists
     assert "does not exist" in waiting.reason
     assert [p.gated for p in units["1"].pods] == [True, True]
     pod = units["0"].pods[0]
@@ -66,7 +70,8 @@ def test_a_domain_of_the_same_name_made_by_someone_else_is_a_collision() -> None
     )
     [found] = status.statuses(snapshot)
     domain = found.units[0].domain
-    assert domain is not None and not domain.ready
+    assert domain is not None
+    assert not domain.ready
     assert domain.reason.startswith("name collision: it is not lws/deepseek-r1")
     assert found.obsolete_domains == []  # a foreign domain is never ours to retire
 
@@ -79,7 +84,8 @@ def test_a_domain_relabelled_to_look_like_ours_is_still_foreign() -> None:
         ready_templates=[READY],
     )
     [found] = status.statuses(snapshot)
-    assert found.units[0].domain is not None and "name collision" in found.units[0].domain.reason
+    assert found.units[0].domain is not None
+    assert "name collision" in found.units[0].domain.reason
 
 
 def test_condemned_and_deleting_domains_are_not_ready() -> None:
@@ -94,7 +100,8 @@ def test_condemned_and_deleting_domains_are_not_ready() -> None:
             ready_templates=[READY],
         )
         [found] = status.statuses(snapshot)
-        assert found.units[0].domain is not None and not found.units[0].domain.ready
+        assert found.units[0].domain is not None
+        assert not found.units[0].domain.ready
         assert words in found.units[0].domain.reason
 
 
@@ -178,7 +185,9 @@ def test_a_disaggregated_set_is_summarised_per_slice_and_revision() -> None:
     assert found.role_scopes == {"prefill": "slice", "decode": "slice", "encoder": "none"}
     [unit] = found.units
     assert (unit.slice, unit.revision) == ("0", "251a724d")
-    assert unit.domain is not None and unit.domain.ready and unit.domain.name == slice_domain
+    assert unit.domain is not None
+    assert unit.domain.ready
+    assert unit.domain.name == slice_domain
     pods = {p.name: p for p in unit.pods}
     assert pods["encoder-0"].no_claim["vllm"] == "role encoder opted out"
     assert pods["prefill-0"].role == "prefill/leader"

@@ -25,6 +25,9 @@ DEFAULT_FENCE_SECONDS = configuration_file.minimum_fence_seconds(
     configuration_file.DEFAULT_API_SERVER_REQUEST_TIMEOUT_SECONDS
 )
 METRICS_SCOPE = "cli"
+#: How often a release that met a concurrent write is tried again, and how long apart.
+RELEASE_ATTEMPTS = 20
+RELEASE_RETRY_SECONDS = 0.5
 
 
 class Action(enum.Enum):
@@ -134,13 +137,26 @@ async def _collect_one(writer: domain_writer.DomainWriter, orphan: Orphan, workl
                 users = await _users(writer, orphan)
                 return key, f"kept: used by {', '.join(users)}" if users else "left: it changed or went meanwhile"
             await asyncio.sleep(step.come_back_after)
-    released = await writer.release(orphan.namespace, orphan.name, belongs=belongs, workload=None)
-    if released is None:
-        users = await _users(writer, orphan)
+    return key, await _release(writer, orphan, belongs)
+
+
+async def _release(writer: domain_writer.DomainWriter, orphan: Orphan, belongs: domain_writer.Belongs) -> str:
+    """Release the deleted orphan's protection once no pod uses it; a release that met a concurrent write (the
+    driver's own finalizer or status) is tried again on a fresh read."""
+    for _ in range(RELEASE_ATTEMPTS):
+        if await writer.release(orphan.namespace, orphan.name, belongs=belongs, workload=None) is not None:
+            return "deleted and released"
+        fresh = await writer.client.aget(
+            keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, orphan.name, namespace=orphan.namespace
+        )
+        facts = None if fresh is None else domains.facts_of(fresh)
+        if facts is None or not belongs(facts) or not facts.protected:
+            return "deleted" if orphan.action is Action.DELETE else "released by another writer meanwhile"
+        users = await writer.fresh_users(facts)
         if users:
-            return key, f"deleting, protection kept: used by {', '.join(users)}"
-        return key, "deleted" if orphan.action is Action.DELETE else "released by another writer meanwhile"
-    return key, "deleted and released"
+            return f"deleting, protection kept: used by {', '.join(users)}"
+        await asyncio.sleep(RELEASE_RETRY_SECONDS)
+    return "deleting, protection not released yet (the domain kept changing): run gc again"
 
 
 async def _users(writer: domain_writer.DomainWriter, orphan: Orphan) -> list[str]:

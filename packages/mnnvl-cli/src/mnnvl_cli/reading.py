@@ -4,6 +4,7 @@ label selectors, never a GET per object; and the one-line errors a user gets ins
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from typing import Final
 
@@ -24,6 +25,10 @@ class UserError(Exception):
 
 
 def connect(kubeconfig: pathlib.Path | None, context: str | None) -> kube.Kube:
+    """A client as the user of `kubeconfig` (None: $KUBECONFIG, else ~/.kube/config, else the Pod's account)."""
+    named = os.environ.get("KUBECONFIG", "")
+    if kubeconfig is None and named and os.pathsep not in named:  # one file named: errors name it too
+        kubeconfig = pathlib.Path(named)
     try:
         api = kube.load_api_client(kubeconfig, context=context, max_connections=8)
     except kube.CredentialsError as error:
