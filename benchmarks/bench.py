@@ -6,6 +6,7 @@ Scenarios:
   writes   API writes per group lifecycle by mnnvl-lws and mnnvl-guardian, from the API server's audit log
   webhook  latency mnnvl's pod webhook adds to pod creation at a steady rate
   memory   RSS of mnnvl-lws and mnnvl-guardian against the LWS manager's, idle and with thousands of pods
+  cli      kubectl mnnvl status, gc and explain with thousands of pods, against one list of the same pods
 
 `./dev bench <scenario> --help` lists a scenario's arguments. Testbed scenarios start (or reuse) a testbed of
 their own with the controllers running, and write a PNG plot (`--plot`, default under benchmarks/out/).
@@ -18,7 +19,14 @@ import importlib
 import signal
 import sys
 
-SCENARIOS = {"stores": "watch_stores", "ungate": "ungate", "writes": "writes", "webhook": "webhook", "memory": "memory"}
+SCENARIOS = {
+    "stores": "watch_stores",
+    "ungate": "ungate",
+    "writes": "writes",
+    "webhook": "webhook",
+    "memory": "memory",
+    "cli": "cli",
+}
 
 
 def main(argv: list[str]) -> None:

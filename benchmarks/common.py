@@ -93,6 +93,26 @@ def create_lws(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> None:
     api.request("POST", kube.path_of(LWS_API, "leaderworkersets", namespace=ns), body=manifest)
 
 
+def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
+    """`workloads` opted-in LeaderWorkerSets of `groups` groups of 2 pods each; until every pod exists ungated."""
+    for index in range(workloads):
+        create_lws(api, ns, lws_manifest(f"model-{index}", replicas=groups))
+    expected = workloads * groups * 2
+
+    def settled() -> bool:
+        try:
+            pods = api.list_objects("v1", "pods", namespace=ns, labelSelector=keys.LWS_NAME_LABEL)
+        except kube.ApiError as error:
+            if error.status != 504:  # the watch cache lags behind a burst of 5,000 pods: look again later
+                raise
+            return False
+        mine = [p for p in pods if p["metadata"]["namespace"] == ns]
+        gated = [p for p in mine if keys.SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates") or []}]
+        return len(mine) == expected and not gated
+
+    testing.wait_for(settled, what=f"{expected} pods, none gated", timeout=300 + expected * 0.2, interval=5)
+
+
 def delete_lws(api: kube.Kube, ns: str, name: str) -> None:
     api.delete(kube.path_of(LWS_API, "leaderworkersets", namespace=ns, name=name))
 

@@ -18,8 +18,7 @@ import time
 import common
 
 from mnnvl_api import keys
-from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, testing
+from mnnvl_testbed import cluster
 
 COMPONENTS = (f"{keys.LWS_CONTROLLER}-0", f"{keys.GUARDIAN_CONTROLLER}-0", "lws-manager")
 SETTLE_SECONDS = 10.0
@@ -61,25 +60,6 @@ class PeakSampler:
         self._thread.join()
 
 
-def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
-    for index in range(workloads):
-        common.create_lws(api, ns, common.lws_manifest(f"model-{index}", replicas=groups))
-    expected = workloads * groups * 2
-
-    def settled() -> bool:
-        try:
-            pods = api.list_objects("v1", "pods", namespace=ns, labelSelector=keys.LWS_NAME_LABEL)
-        except kube.ApiError as error:
-            if error.status != 504:  # the watch cache lags behind a burst of 5,000 pods: look again later
-                raise
-            return False
-        mine = [p for p in pods if p["metadata"]["namespace"] == ns]
-        gated = [p for p in mine if keys.SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates") or []}]
-        return len(mine) == expected and not gated
-
-    testing.wait_for(settled, what=f"{expected} pods, none gated", timeout=300 + expected * 0.2, interval=5)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench memory", description=__doc__)
     parser.add_argument("--workloads", type=int, default=25, help="opted-in LeaderWorkerSets")
@@ -94,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     pods = arguments.workloads * arguments.groups * 2
     with common.namespace(api, "bench-memory") as ns:
         started = time.monotonic()
-        load(api, ns, arguments.workloads, arguments.groups)
+        common.load(api, ns, arguments.workloads, arguments.groups)
         print(f"{pods} pods created and ungated in {time.monotonic() - started:.0f} s", flush=True)
         time.sleep(SETTLE_SECONDS)
         loaded = sample(bed)

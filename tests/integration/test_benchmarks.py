@@ -53,3 +53,7 @@ def test_webhook_reports_added_latency(testbed: cluster.Testbed, tmp_path: pathl
 
 def test_memory_reports_rss_ratios(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
     assert number_rows(run(testbed, tmp_path, "memory", "--workloads", "1", "--groups", "3"))
+
+
+def test_cli_reports_command_times_against_a_pod_list(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
+    assert len(number_rows(run(testbed, tmp_path, "cli", "--workloads", "1", "--groups", "2", "--repeats", "1"))) == 5
