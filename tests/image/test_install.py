@@ -19,7 +19,10 @@ import pytest
 import uv
 from packaging import utils
 
+from mnnvl_api import keys
+
 ROOT = pathlib.Path(__file__).parents[2]
+CLI_SCRIPT = keys.CLI
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)", re.MULTILINE)
 NO_CREDENTIALS = (
     "no Kubernetes credentials: not in a cluster (KUBERNETES_SERVICE_HOST is unset) and no kubeconfig "
@@ -36,6 +39,11 @@ def product_packages() -> list[dict[str, object]]:
 
 def console_scripts() -> list[str]:
     return sorted(name for project in product_packages() for name in dict(project.get("scripts", {})))  # type: ignore[call-overload]
+
+
+def controller_scripts() -> list[str]:
+    """The controllers' console scripts (the image also ships `kubectl-mnnvl`, the command-line tool)."""
+    return [script for script in console_scripts() if script != CLI_SCRIPT]
 
 
 def install(venv: pathlib.Path, *, offline: bool) -> pathlib.Path:
@@ -113,12 +121,28 @@ def start(
     )
 
 
-def test_the_environment_has_a_console_script_per_controller(product: pathlib.Path) -> None:
-    assert console_scripts() == ["mnnvl-ds", "mnnvl-guardian", "mnnvl-lws", "mnnvl-topology"]
+def test_the_environment_has_a_console_script_per_controller_and_the_cli(product: pathlib.Path) -> None:
+    assert console_scripts() == [CLI_SCRIPT, "mnnvl-ds", "mnnvl-guardian", "mnnvl-lws", "mnnvl-topology"]
     assert all((product / "bin" / script).is_file() for script in console_scripts())
 
 
-@pytest.mark.parametrize("script", console_scripts())
+def test_the_cli_without_cluster_credentials_says_so_in_one_line(
+    product: pathlib.Path, empty_home: pathlib.Path
+) -> None:
+    before = files_of(product)
+    result = subprocess.run(
+        [str(product / "bin" / CLI_SCRIPT), "status"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(empty_home), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (2, f"error: {NO_CREDENTIALS}; pass --kubeconfig or set KUBECONFIG\n")
+    assert files_of(product) == before
+
+
+@pytest.mark.parametrize("script", controller_scripts())
 def test_a_controller_without_cluster_credentials_says_so_and_writes_nothing(
     product: pathlib.Path, script: str, empty_home: pathlib.Path
 ) -> None:
@@ -128,7 +152,7 @@ def test_a_controller_without_cluster_credentials_says_so_and_writes_nothing(
     assert files_of(product) == before
 
 
-@pytest.mark.parametrize("script", console_scripts())
+@pytest.mark.parametrize("script", controller_scripts())
 def test_a_controller_with_a_bad_setting_names_it(product: pathlib.Path, script: str, empty_home: pathlib.Path) -> None:
     result = start(product, script, empty_home, MNNVL_LOG_LEVEL="loud")
     assert (result.returncode, result.stderr) == (
