@@ -34,11 +34,7 @@ def nodes_left_by_earlier_tests(volcano_testbed: cluster.Testbed, api: kube.Kube
     needs whole nodes (one GPU pod per node), and Volcano binds a gang only once all of it fits."""
 
     def leftovers() -> list[str]:
-        going = {
-            found["metadata"]["name"]
-            for found in api.list_objects("v1", "namespaces")
-            if found["metadata"].get("deletionTimestamp")
-        }
+        going = testing.namespaces_being_deleted(api)
         return [
             f"{pod['metadata']['namespace']}/{pod['metadata']['name']} on {pod['spec']['nodeName']}"
             for pod in api.list_objects("v1", "pods")

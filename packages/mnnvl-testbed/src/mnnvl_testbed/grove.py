@@ -21,7 +21,7 @@ import yaml
 from mnnvl_api import keys
 from mnnvl_runtime import certs, kube
 
-from . import building, chart, cluster, crds, processes, versions, waiting
+from . import building, chart, cluster, crds, processes, testing, versions, waiting
 
 COMPONENT = versions.GROVE_OPERATOR.name
 #: The operator's CRDs inside the archive (it installs none itself).
@@ -135,11 +135,7 @@ def stop(testbed: cluster.Testbed) -> None:
     api = testbed.api()
 
     def held() -> list[str]:
-        going = {
-            found["metadata"]["name"]
-            for found in api.list_objects("v1", "namespaces")
-            if found["metadata"].get("deletionTimestamp")
-        }
+        going = testing.namespaces_being_deleted(api)
         return [
             f"{plural} {found['metadata']['namespace']}/{found['metadata']['name']}"
             for plural in FINALIZED

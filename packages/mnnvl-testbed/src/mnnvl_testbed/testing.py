@@ -82,6 +82,15 @@ def dump(objects: Any) -> str:
     return yaml.safe_dump(clean(objects), sort_keys=False, width=160)
 
 
+def namespaces_being_deleted(api: kube.Kube) -> set[str]:
+    """The names of the namespaces whose deletion has begun (their objects go while the namespace lingers)."""
+    return {
+        found["metadata"]["name"]
+        for found in api.list_objects("v1", "namespaces")
+        if found["metadata"].get("deletionTimestamp")
+    }
+
+
 def pods(api: kube.Kube, ns: str, selector: str = "") -> list[kube.Object]:
     query = {"labelSelector": selector} if selector else {}
     return api.list_objects("v1", "pods", namespace=ns, **query)
