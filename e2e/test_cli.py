@@ -7,6 +7,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,6 +108,43 @@ def test_status_shows_each_group_its_domain_its_pods_and_an_obsolete_domain_wait
     finally:
         api.patch(worker, {"metadata": {"finalizers": None}})
     workloads.wait_domains(api, ns, {domains["0"]})
+
+
+def test_status_watch_redraws_when_a_group_is_added(api: kube.Kube, ns: str, testbed: cluster.Testbed) -> None:
+    workloads.create_lws(api, ns, workloads.lws_manifest("watched", replicas=1, size=1))
+    workloads.wait_groups_running(api, ns, "watched", replicas=1, size=1)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "KUBECONFIG": str(testbed.kubeconfig)}
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "mnnvl_cli", "status", "-n", ns, "--watch"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert watching.stdout is not None
+        for line in watching.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        testing.wait_for(
+            lambda: any("group 0: ComputeDomain" in line for line in lines), what="the first frame", timeout=60
+        )
+        assert not any("group 1:" in line for line in lines)
+        workloads.patch_lws(api, ns, "watched", {"spec": {"replicas": 2}})
+        testing.wait_for(
+            lambda: any("group 1: ComputeDomain" in line and "ready" in line for line in lines),
+            what="a frame with the new group's domain ready",
+            state=lambda: "".join(lines[-20:]),
+            timeout=workloads.TIMEOUT,
+        )
+        assert watching.poll() is None  # it keeps watching
+    finally:
+        watching.terminate()
+        watching.communicate(timeout=30)
 
 
 def test_explain_names_a_collision_with_a_foreign_domain_and_the_object_to_look_at(

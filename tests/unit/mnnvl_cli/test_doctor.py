@@ -34,6 +34,7 @@ def installed(controller: str, **configuration: Any) -> release.InstalledControl
         controller=controller,
         namespace=NS,
         component_name=controller,
+        config_map=f"{controller}-configuration",
         configuration=configuration_file.Configuration.model_validate(configuration),
     )
 
@@ -61,10 +62,16 @@ def test_a_lease_older_than_its_duration_fails_naming_its_holder() -> None:
     found = doctor.lease_check(installed(keys.LWS_CONTROLLER), [lease("mnnvl-lws", renewed_ago=120)], NOW)
     assert found.outcome is FAIL
     assert found.finding == (
-        "Lease mnnvl-system/mnnvl-lws last renewed 120s ago by mnnvl-lws-7d9f-abcde: the controller is not running "
-        "or cannot reach the API server"
+        "Lease mnnvl-system/mnnvl-lws last renewed 120s ago by mnnvl-lws-7d9f-abcde (lasts 15s, 10s allowed for "
+        "clock skew): the controller is not running or cannot reach the API server"
     )
     assert "kubectl -n mnnvl-system get pods -l app.kubernetes.io/component=lws" in found.fix
+
+
+def test_a_lease_renewed_within_its_duration_and_the_clock_skew_allowance_passes() -> None:
+    within = doctor.lease_check(installed(keys.LWS_CONTROLLER), [lease("mnnvl-lws", renewed_ago=24)], NOW)
+    beyond = doctor.lease_check(installed(keys.LWS_CONTROLLER), [lease("mnnvl-lws", renewed_ago=26)], NOW)
+    assert (within.outcome, beyond.outcome) == (doctor.Outcome.OK, FAIL)
 
 
 def test_a_missing_lease_fails_and_another_controllers_lease_does_not_count() -> None:
@@ -527,7 +534,9 @@ def facts(**changes: Any) -> doctor.Facts:
     healthy = doctor.Facts(
         now=NOW,
         probe_namespace="default",
-        served=dict.fromkeys((doctor.DOMAINS, doctor.LWS, doctor.DS, doctor.KAI_TOPOLOGIES), True)
+        served=dict.fromkeys(
+            (doctor.CLAIM_TEMPLATES, doctor.DOMAINS, doctor.LWS, doctor.DS, doctor.KAI_TOPOLOGIES), True
+        )
         | {doctor.GROVE_BINDINGS: False},
         domain_crd=crd(["channel"]),
         driver=[driver()],
@@ -549,6 +558,7 @@ def test_a_healthy_cluster_passes_every_check() -> None:
     found = doctor.checks(facts())
     assert [(c.name, c.outcome) for c in found if c.outcome is not OK] == []
     assert [c.name for c in found] == [
+        "DRA API",
         "ComputeDomain API",
         "ComputeDomain CRD",
         "DRA driver IMEX mode",
@@ -580,3 +590,30 @@ def test_unreadable_facts_are_warnings_not_errors() -> None:
     )
     assert {c.outcome for c in found} == {WARN}
     assert all("forbidden" in c.finding for c in found)
+
+
+def test_a_cluster_without_dra_at_v1_fails_the_dra_check() -> None:
+    found = {
+        c.name: c
+        for c in doctor.checks(dataclasses.replace(facts(), served={**facts().served, doctor.CLAIM_TEMPLATES: False}))
+    }
+    assert found["DRA API"].outcome is FAIL
+    assert "Kubernetes 1.34+" in found["DRA API"].fix
+
+
+def test_a_configuration_generated_by_kustomize_is_recognised() -> None:
+    config_map = {
+        "metadata": {
+            "name": "mnnvl-lws-configuration-7mkmd4d5b9",
+            "namespace": NS,
+            "labels": {release.COMPONENT_LABEL: "lws"},
+        },
+        "data": {release.CONFIGURATION_KEY: "apiVersion: config.lws.x-k8s.io/v1\nkind: Configuration\n"},
+    }
+    found = release.controller_of(config_map)
+    assert found is not None
+    assert (found.controller, found.component_name, found.config_map) == (
+        keys.LWS_CONTROLLER,
+        "mnnvl-lws",
+        "mnnvl-lws-configuration-7mkmd4d5b9",
+    )

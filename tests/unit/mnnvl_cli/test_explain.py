@@ -18,6 +18,7 @@ def installed(*, gate: bool) -> list[release.InstalledController]:
             controller=keys.LWS_CONTROLLER,
             namespace="mnnvl-system",
             component_name="mnnvl-lws",
+            config_map="mnnvl-lws-configuration",
             configuration=configuration_file.Configuration.model_validate(
                 {"featureGates": {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE: gate}}
             ),
@@ -101,3 +102,38 @@ def test_the_text_marks_problems_and_stays_plain_off_a_terminal() -> None:
     assert "✗ domain" in text
     assert "\x1b[" not in text
     assert "(mnnvl-lws was not found installed" in text
+
+
+def test_a_pod_admitted_while_the_gate_was_off_is_not_blamed_on_the_webhook() -> None:
+    pod = objects.pod("deepseek-r1-0", domain=None, claimed=False)
+    snapshot = objects.cluster(leaderworkersets=[objects.lws()], pods=[pod])
+    found = links(explain.explain(pod, snapshot, controllers=installed(gate=False), webhooks=POD_WEBHOOKS))
+    assert "admitted while the AutoComputeDomain gate is off on mnnvl-lws" in found["domain"].finding
+    assert found["claim"].look_at is not None
+    assert found["claim"].look_at.startswith("enable the AutoComputeDomain gate, then delete the pod")
+
+
+def test_a_replica_scope_pod_of_a_disaggregated_set_is_judged_against_its_child_not_a_collision() -> None:
+    child = objects.child_lws("encoder")
+    replica = "llm-serving-0-251a724d-encoder-0-bcdfg"
+    pod = objects.pod(
+        "encoder-0", lws_name=child["metadata"]["name"], domain=replica, labels=objects.ds_labels("encoder")
+    )
+    snapshot = objects.cluster(
+        leaderworkersets=[child],
+        disaggregatedsets=[objects.ds()],
+        pods=[pod],
+        domains=[objects.domain(replica, owner_uid=child["metadata"]["uid"], workload=child["metadata"]["name"])],
+        ready_templates=[replica],
+    )
+    found = explain.explain(pod, snapshot, controllers=installed(gate=True), webhooks=POD_WEBHOOKS)
+    assert links(found)["domain"].finding == f"ComputeDomain {replica} is ready"
+    assert not any(link.problem for link in found.links)
+
+
+def test_a_terminating_pod_says_it_keeps_its_domain_until_it_has_gone() -> None:
+    pod = objects.pod("deepseek-r1-0", domain=DOMAIN)
+    pod["metadata"]["deletionTimestamp"] = "2026-12-04T10:05:00Z"
+    snapshot = objects.cluster(leaderworkersets=[objects.lws()], pods=[pod], domains=[objects.domain(DOMAIN)])
+    found = explain.explain(pod, snapshot, controllers=None, webhooks=None)
+    assert found.verdict == "not gated: Running on node gb200-000, terminating (it keeps its domain until it has gone)"

@@ -15,6 +15,7 @@ from mnnvl_api import keys
 from mnnvl_api.decisions import references
 from mnnvl_api.models import configuration as configuration_file
 from mnnvl_cli import gc, release
+from mnnvl_runtime import kube
 
 from ..mnnvl_api.domain_builders import UID
 from ..mnnvl_runtime.memory_api import MemoryApi
@@ -60,10 +61,13 @@ def test_a_deleting_orphan_no_pod_uses_is_released_and_one_nothing_holds_is_left
     assert (found.name, found.action) == (ORPHAN, gc.Action.RELEASE)
 
 
-def test_without_the_disaggregated_set_api_every_slice_domain_is_an_orphan() -> None:
+def test_without_the_disaggregated_set_api_a_slice_domain_is_an_orphan_unless_a_child_names_its_set() -> None:
     domain = objects.domain("llm-serving-0-251a724d", owner_uid=objects.DS_UID, manager=keys.DS_CONTROLLER)
     [found] = gc.orphans(objects.cluster(disaggregatedsets=None, domains=[domain]))
     assert found.manager == keys.DS_CONTROLLER
+    # A child LeaderWorkerSet whose controller is the set: the set lives, whatever discovery says.
+    alive = objects.cluster(disaggregatedsets=None, leaderworkersets=[objects.child_lws("prefill")], domains=[domain])
+    assert gc.orphans(alive) == []
 
 
 @st.composite
@@ -194,10 +198,72 @@ def test_the_fence_is_the_longest_a_scope_controller_uses(configured: list[float
             controller=keys.LWS_CONTROLLER if i == 0 else keys.DS_CONTROLLER,
             namespace="mnnvl-system",
             component_name="mnnvl-x",
+            config_map="mnnvl-x-configuration",
             configuration=configuration_file.Configuration.model_validate(
                 {"computeDomain": {"deletionFenceSeconds": fence, "apiServerRequestTimeoutSeconds": 1}}
             ),
         )
         for i, fence in enumerate(configured)
     ]
-    assert gc.fence_seconds(controllers) == (max(configured) if configured else gc.DEFAULT_FENCE_SECONDS)
+    fence = gc.fence_of(controllers)
+    assert fence.seconds == (max(configured) if configured else gc.DEFAULT_FENCE_SECONDS)
+    assert ("default" in fence.source) == (not configured)
+
+
+def test_without_the_configurations_the_fence_is_the_default_and_says_why() -> None:
+    fence = gc.fence_of(None)
+    assert (fence.seconds, fence.source) == (
+        gc.DEFAULT_FENCE_SECONDS,
+        "the controllers' default (you may not read them)",
+    )
+
+
+def test_a_refused_write_is_that_orphans_outcome_and_the_others_are_still_collected() -> None:
+    api = api_with_orphan()
+    second = objects.domain("other-0-bcdfg", owner_uid=GONE)
+    for key in ("uid", "resourceVersion", "managedFields", "creationTimestamp"):
+        second["metadata"].pop(key)
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, second, manager=keys.LWS_CONTROLLER)
+    found = plan(api)
+    client = api.client(keys.CLI)
+    deleting = client.adelete
+
+    async def refuse_one(path: str, *, uid: str | None = None, resource_version: str | None = None) -> bool:
+        if path.endswith(f"/{ORPHAN}"):
+            raise kube.ApiError(status=403, reason="Forbidden", body='{"message": "you may not delete it"}')
+        return await deleting(path, uid=uid, resource_version=resource_version)
+
+    client.adelete = refuse_one  # type: ignore[method-assign]
+    outcome = asyncio.run(gc.collect(client, found, fence=FENCE))
+    assert outcome[f"{objects.NS}/{ORPHAN}"].startswith("failed: writing ComputeDomain")
+    assert "forbidden" in outcome[f"{objects.NS}/{ORPHAN}"]
+    assert outcome[f"{objects.NS}/other-0-bcdfg"] == "deleted and released"
+    assert gc.failed(outcome) == [f"{objects.NS}/{ORPHAN}"]
+
+
+def test_an_interrupted_apply_lifts_its_own_marks_only() -> None:
+    api = api_with_orphan()
+    found = plan(api)
+
+    async def interrupted() -> None:
+        collecting = asyncio.create_task(gc.collect(api.client(keys.CLI), found, fence=60))
+        while keys.CONDEMNED_ANNOTATION not in (
+            (api.peek(keys.COMPUTE_DOMAIN_PLURAL, objects.NS, ORPHAN) or {}).get("metadata", {}).get("annotations")
+            or {}
+        ):
+            await asyncio.sleep(0.001)
+        collecting.cancel()
+
+    asyncio.run(interrupted())
+    assert asyncio.run(gc.lift_own_marks(api.client(keys.CLI), found)) == [f"{objects.NS}/{ORPHAN}"]
+    kept = api.get(keys.COMPUTE_DOMAIN_PLURAL, objects.NS, ORPHAN)
+    assert kept is not None
+    assert keys.CONDEMNED_ANNOTATION not in (kept["metadata"].get("annotations") or {})
+    # A controller's mark is not this tool's to lift.
+    api.update(
+        keys.COMPUTE_DOMAIN_PLURAL,
+        objects.NS,
+        ORPHAN,
+        lambda b: b["metadata"].setdefault("annotations", {}).update({keys.CONDEMNED_ANNOTATION: "mnnvl-lws/abc"}),
+    )
+    assert asyncio.run(gc.lift_own_marks(api.client(keys.CLI), found)) == []

@@ -7,7 +7,7 @@ import json
 
 from mnnvl_api import keys
 from mnnvl_cli import render, status
-from mnnvl_cli.snapshot import Snapshot
+from mnnvl_cli.snapshot import MISSING_CLAIM, Snapshot
 
 from ..mnnvl_api.domain_builders import UID
 from . import objects
@@ -141,7 +141,7 @@ def test_a_pod_admitted_without_the_webhook_is_told_apart_from_cpu_only_containe
     )
     [found] = status.statuses(snapshot)
     assert found.units[0].pods[0].no_claim == {
-        "vllm": "missing: admitted without mnnvl's pod webhook",
+        "vllm": MISSING_CLAIM,
         "routing-proxy": "CPU-only",
     }
 
@@ -225,3 +225,72 @@ def test_json_gives_the_same_facts_in_camel_case() -> None:
 
 def test_no_opted_in_workload_says_how_to_see_one() -> None:
     assert "name one" in status.as_table([], now=NOW, style=render.Style())
+
+
+def test_a_replica_scope_role_of_a_disaggregated_set_shows_its_own_domains_owned_by_its_child() -> None:
+    """A role with per-replica domains inside a DisaggregatedSet: mnnvl-lws made its domains for the child
+    LeaderWorkerSet, so they are ready (not a collision with the set), and a retired one is listed as obsolete."""
+    ds = objects.ds()
+    ds["spec"]["roles"][2]["metadata"] = {
+        "annotations": {
+            keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_DISABLED,
+            keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_ENABLED,
+        }
+    }
+    child = objects.child_lws("encoder")
+    replica = "llm-serving-0-251a724d-encoder-0-bcdfg"
+    retired = "llm-serving-0-251a724d-encoder-0-hjklm"
+    owned = {"owner_uid": child["metadata"]["uid"], "workload": child["metadata"]["name"]}
+    encoder = objects.pod(
+        "llm-serving-0-251a724d-encoder-0",
+        lws_name=child["metadata"]["name"],
+        domain=replica,
+        labels=objects.ds_labels("encoder"),
+    )
+    found = objects.cluster(
+        leaderworkersets=[child],
+        disaggregatedsets=[ds],
+        pods=[encoder],
+        domains=[objects.domain(replica, **owned), objects.domain(retired, **owned)],
+        ready_templates=[replica],
+    )
+    [summary] = status.statuses(found)
+    [unit] = summary.units
+    assert summary.role_scopes["encoder"] == "replica"
+    assert unit.domain is not None
+    assert unit.domain.name == "llm-serving-0-251a724d"  # prefill and decode share it
+    assert unit.replica_domains["encoder/0"].ready
+    assert unit.replica_domains["encoder/0"].name == replica
+    assert [d.name for d in summary.obsolete_domains] == [retired]
+    table = status.as_table([summary], now=NOW, style=render.Style())
+    assert f"per-replica ComputeDomain {replica} ready" in table
+
+
+def test_without_read_access_to_nodes_and_claim_templates_status_says_what_it_cannot_tell() -> None:
+    pods = [objects.pod("deepseek-r1-0", domain=READY)]
+    base = objects.cluster(leaderworkersets=[objects.lws()], pods=pods, domains=[objects.domain(READY)])
+    blind = Snapshot(
+        leaderworkersets=base.leaderworkersets,
+        disaggregatedsets=base.disaggregatedsets,
+        pods=base.pods,
+        domains=base.domains,
+        claim_templates=None,
+        node_cliques=None,
+    )
+    [found] = status.statuses(blind)
+    domain = found.units[0].domain
+    assert domain is not None
+    assert not domain.ready
+    assert "cannot tell whether its ResourceClaimTemplate" in domain.reason
+    assert found.units[0].pods[0].clique is None
+
+
+def test_a_gpu_sidecar_without_the_claim_is_named() -> None:
+    pod = objects.pod("deepseek-r1-0", domain=None, claimed=False)
+    pod["spec"]["initContainers"] = [
+        {"name": "nixl", "restartPolicy": "Always", "resources": {"limits": {keys.GPU_RESOURCE: "1"}}},
+        {"name": "setup"},
+    ]
+    [found] = status.statuses(objects.cluster(leaderworkersets=[objects.lws()], pods=[pod]))
+    assert found.units[0].pods[0].no_claim["nixl"] == MISSING_CLAIM
+    assert "setup" not in found.units[0].pods[0].no_claim

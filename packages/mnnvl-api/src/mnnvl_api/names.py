@@ -19,11 +19,18 @@ INCARNATION_TOKEN_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 CLAIM_TEMPLATE_SUFFIX: Final = "channel"
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_SUBDOMAIN_LENGTH: Final = 253
 _NOT_LABEL_CHARACTERS = re.compile(r"[^a-z0-9-]+")
 
 
 def is_dns1123_label(value: str) -> bool:
     return len(value) <= MAX_LABEL_LENGTH and _DNS1123_LABEL.match(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """A name most kinds accept (a pod's, a Topology's): dot-separated labels, at most 253 characters."""
+    return len(value) <= MAX_SUBDOMAIN_LENGTH and _DNS1123_SUBDOMAIN.match(value) is not None
 
 
 def is_incarnation_token(value: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import logging
 import os
 import pathlib
 import sys
@@ -15,8 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import yaml
 from kubernetes import config
 
+from mnnvl_api import names
 from mnnvl_runtime import kube
 
 from . import __version__, doctor, explain, gc, reading, release, render, status
@@ -37,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--context", help="the kubeconfig context to use (default: its current context)")
     common.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format (default: table)")
+    common.add_argument("-v", "--verbose", action="store_true", help="log API retries and writes to stderr")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     status_command = commands.add_parser(
@@ -75,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # The runtime kit logs retries and writes for controllers' JSON logs; a user sees them only when asking.
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(levelname)s %(message)s")
     style = render.Style(colour=args.output == "table" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     try:
         client = reading.connect(args.kubeconfig, args.context)
@@ -120,6 +126,8 @@ def run_status(client: kube.Kube, args: argparse.Namespace, style: render.Style)
 
 def run_explain(client: kube.Kube, args: argparse.Namespace, style: render.Style) -> int:
     namespace = args.namespace or _context_namespace(args)
+    if not names.is_dns1123_subdomain(args.pod):
+        raise reading.UserError(f"{args.pod!r} is not a pod name (lowercase letters, digits, '-' and '.')")
     try:
         pod = client.get("v1", "pods", args.pod, namespace=namespace)
     except kube.ApiError as error:
@@ -146,7 +154,7 @@ def _context_namespace(args: argparse.Namespace) -> str:
         contexts, current = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
             config_file=str(args.kubeconfig) if args.kubeconfig else None
         )
-    except (config.ConfigException, OSError):
+    except (config.ConfigException, OSError, yaml.YAMLError):
         return "default"
     chosen = next((c for c in contexts if c["name"] == args.context), current) if args.context else current
     return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
@@ -161,21 +169,34 @@ def run_doctor(client: kube.Kube, args: argparse.Namespace, style: render.Style)
 
 def run_gc(client: kube.Kube, args: argparse.Namespace, style: render.Style) -> int:
     found = gc.orphans(gc.read(client, args.namespace))
-    outcome = None
+    outcome: dict[str, str] | None = None
+    fence = None
     if args.apply and found:
+        fence = gc.fence_of(_installed_or_none(client))
         try:
-            controllers = release.installed_controllers(client)
-        except reading.UserError:  # the release's Configurations are not readable: the controllers' default fence
-            controllers = []
-        fence = gc.fence_seconds(controllers)
-        outcome = asyncio.run(gc.collect(client, found, fence=fence))
+            outcome = asyncio.run(gc.collect(client, found, fence=fence.seconds))
+        except KeyboardInterrupt:
+            lifted = asyncio.run(gc.lift_own_marks(client, found))
+            raise reading.UserError(
+                f"interrupted: deletion marks lifted from {len(lifted)} domain(s); a domain already being deleted "
+                "keeps its protection finalizer until `kubectl mnnvl gc --apply` runs again"
+            ) from None
     data = {
         "orphans": [o.model_dump(by_alias=True, mode="json") for o in found],
         "applied": args.apply,
+        "fenceSeconds": None if fence is None else fence.seconds,
         "outcome": outcome or {},
     }
-    print(_format(data, args.output, lambda: gc.as_table(found, apply=args.apply, outcome=outcome)))
-    return 0
+    print(_format(data, args.output, lambda: gc.as_table(found, apply=args.apply, outcome=outcome, fence=fence)))
+    return 1 if outcome and gc.failed(outcome) else 0
+
+
+def _installed_or_none(client: kube.Kube) -> list[release.InstalledController] | None:
+    """The installed controllers, or None when the user may not read the release's ConfigMaps."""
+    try:
+        return release.installed_controllers(client)
+    except reading.UserError:
+        return None
 
 
 def _format(data: Any, output: str, table: Callable[[], str]) -> str:

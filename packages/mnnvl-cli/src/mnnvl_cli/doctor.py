@@ -80,6 +80,8 @@ DNS_NAMES_GATE: Final = "IMEXDaemonsWithDNSNames"
 DRIVER_MANAGED: Final = "driverManaged"
 LWS_MANAGER: Final = "lws-controller-manager"
 CLIQUE_NODES_SHOWN: Final = 5
+#: How far this machine's clock may differ from the controllers' before a renewed Lease looks stale.
+CLOCK_SKEW_SECONDS: Final = 10
 CERT_WARNING_DAYS: Final = 30
 TLS_SECRET_SUFFIX: Final = "-webhook-tls"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
@@ -242,6 +244,8 @@ Found = TypeVar("Found")
 DOMAINS: Final[Api] = (keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL)
 LWS: Final[Api] = (keys.LWS_API_VERSION, keys.LWS_PLURAL)
 DS: Final[Api] = (keys.DS_API_VERSION, keys.DS_PLURAL)
+#: Dynamic Resource Allocation at v1 (Kubernetes 1.34+): the claim templates the driver makes for every domain.
+CLAIM_TEMPLATES: Final[Api] = (reading.CLAIM_TEMPLATE_API, "resourceclaimtemplates")
 KAI_TOPOLOGIES: Final[Api] = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
 GROVE_BINDINGS: Final[Api] = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
 
@@ -279,6 +283,12 @@ def checks(facts: Facts) -> list[Check]:
     installed = [] if isinstance(controllers, Unreadable) else list(controllers)
     by_name = {c.controller for c in installed}
     found = [
+        served_check(
+            "DRA API",
+            facts.served[CLAIM_TEMPLATES],
+            "mnnvl and the NVIDIA driver need Dynamic Resource Allocation at resource.k8s.io/v1: Kubernetes 1.34+",
+            api=CLAIM_TEMPLATES,
+        ),
         served_check("ComputeDomain API", facts.served[DOMAINS], DRIVER_FIX),
         *([] if facts.served[DOMAINS] is False else [domain_crd_check(facts.domain_crd)]),
         driver_check(facts.driver),
@@ -292,7 +302,7 @@ def checks(facts: Facts) -> list[Check]:
                 fail(
                     f"{controller.controller} configuration",
                     controller.problem,
-                    f"fix {controller.component_name}{release.CONFIGURATION_SUFFIX} (Helm: "
+                    f"fix ConfigMap {controller.config_map} (Helm: "
                     f"{_component(controller)}.configuration) and helm upgrade the release",
                 )
             )
@@ -509,11 +519,11 @@ def lease_check(
         return fail(
             name, f"Lease {where} is not held (released {_ago(age)}): no replica leads", f"check its pods ({pods})"
         )
-    if age is None or age > duration:
+    if age is None or age > duration + CLOCK_SKEW_SECONDS:
         return fail(
             name,
-            f"Lease {where} last renewed {_ago(age)} by {holder}: the controller is not running or cannot reach "
-            "the API server",
+            f"Lease {where} last renewed {_ago(age)} by {holder} (lasts {duration:g}s, {CLOCK_SKEW_SECONDS}s allowed "
+            "for clock skew): the controller is not running or cannot reach the API server",
             f"check its pods and logs ({pods})",
         )
     return ok(name, f"held by {holder}, renewed {_ago(age)} (within {duration:g}s)")
@@ -851,7 +861,7 @@ def read(client: kube.Kube, *, probe_namespace: str) -> Facts:
         client.request("GET", "/version")
     except kube.ApiError as error:
         raise reading.explained(error, "reaching the API server") from error
-    served = {api: _served(client, api) for api in (DOMAINS, LWS, DS, KAI_TOPOLOGIES, GROVE_BINDINGS)}
+    served = {api: _served(client, api) for api in (CLAIM_TEMPLATES, DOMAINS, LWS, DS, KAI_TOPOLOGIES, GROVE_BINDINGS)}
     controllers = _attempt(lambda: release.installed_controllers(client))
     installed = [] if isinstance(controllers, Unreadable) else controllers
     configurations = _attempt(lambda: release.webhook_configurations(client))

@@ -16,6 +16,7 @@ from .snapshot import (
     Snapshot,
     Workload,
     containers_of,
+    domain_owner,
     domain_state,
     labels_of,
     name_of,
@@ -86,8 +87,20 @@ def explain(
     installed = next((c for c in controllers or () if c.controller == controller), None)
 
     recorded = references.recorded_domain(pod)
-    state = domain_state(snapshot, namespace, recorded, workload=workload) if recorded else None
-    if state is None:
+    owner = domain_owner(pod, workload, snapshot)
+    state = domain_state(snapshot, namespace, recorded, workload=owner) if recorded else None
+    gate_off = installed is not None and installed.gate_enabled is False
+    if state is None and installed is not None and installed.gate_enabled is False:
+        links.append(
+            Link(
+                about="domain",
+                finding=f"none recorded: the pod was admitted while the {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE} gate "
+                f"is off on {controller}, which then injects nothing",
+                problem=True,
+                look_at=_configuration(installed),
+            )
+        )
+    elif state is None:
         links.append(
             Link(
                 about="domain",
@@ -123,8 +136,13 @@ def explain(
             about="claim",
             finding=f"{keys.CHANNEL_CLAIM_NAME} {claim}" + (f"; not in {unclaimed}" if unclaimed else ""),
             problem=containers.missing_claim,
-            look_at=f"delete the pod so its controller recreates it through the webhook: kubectl -n {namespace} "
-            f"delete pod {name}"
+            look_at=(
+                f"enable the {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE} gate, then delete the pod so it is recreated with "
+                f"the claim: kubectl -n {namespace} delete pod {name}"
+                if gate_off
+                else f"delete the pod so its controller recreates it through the webhook: kubectl -n {namespace} "
+                f"delete pod {name}"
+            )
             if containers.missing_claim
             else None,
         )
@@ -143,6 +161,10 @@ def explain(
             )
         )
     return Explanation(pod=name, namespace=namespace, verdict=verdict, links=links)
+
+
+def _configuration(installed: release.InstalledController) -> str:
+    return f"kubectl -n {installed.namespace} get configmap {installed.config_map} -o yaml"
 
 
 def _workload_link(workload: Workload, get: str) -> Link:
@@ -177,7 +199,15 @@ def _gate_link(
     if not injection.is_gated(spec):
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         node = spec.get("nodeName")
-        where = f" on node {node}" if node else " (waiting for the scheduler)"
+        where = (
+            f" on node {node}"
+            if node
+            else ""
+            if phase in references.TERMINAL_PHASES
+            else " (waiting for the scheduler)"
+        )
+        if pod["metadata"].get("deletionTimestamp"):
+            where += ", terminating (it keeps its domain until it has gone)"
         return Link(about="gate", finding=f"not gated; {phase}{where}"), f"not gated: {phase}{where}"
     lease = (
         f"kubectl -n {installed.namespace} get lease {controller}"
@@ -189,7 +219,7 @@ def _gate_link(
             f"gated, and the {keys.AUTO_COMPUTE_DOMAIN_FEATURE_GATE} gate is disabled on {controller}: nothing removes "
             f"the gate; enable the feature gate, or remove the scheduling gate {keys.SCHEDULING_GATE} by hand"
         )
-        look_at = f"kubectl -n {installed.namespace} get configmap {installed.component_name}-configuration -o yaml"
+        look_at = _configuration(installed)
     elif state is None:
         finding = "gated, with no domain recorded: nothing will remove the gate; delete the pod to recreate it"
         look_at = None

@@ -18,13 +18,15 @@ from mnnvl_api.models import configuration as configuration_file
 from mnnvl_runtime import domain_writer, kube
 
 from . import reading, release, render
-from .snapshot import Snapshot, labels_of, users_of
+from .snapshot import Object, Snapshot, labels_of, live_workload_uids, users_of
 
 #: The fence when no installed controller's Configuration says otherwise: the controllers' own default.
 DEFAULT_FENCE_SECONDS = configuration_file.minimum_fence_seconds(
     configuration_file.DEFAULT_API_SERVER_REQUEST_TIMEOUT_SECONDS
 )
 METRICS_SCOPE = "cli"
+#: How an outcome of `collect` starts when a write failed.
+FAILED = "failed: "
 #: How often a release that met a concurrent write is tried again, and how long apart.
 RELEASE_ATTEMPTS = 20
 RELEASE_RETRY_SECONDS = 0.5
@@ -50,9 +52,7 @@ class Orphan(render.Report):
 
 def orphans(snapshot: Snapshot) -> list[Orphan]:
     """The managed domains of the snapshot whose workload (by owner uid) is not among its workloads."""
-    workload_uids = {
-        str(w["metadata"].get("uid")) for w in [*snapshot.leaderworkersets, *(snapshot.disaggregatedsets or ())]
-    }
+    workload_uids = live_workload_uids([*snapshot.leaderworkersets, *(snapshot.disaggregatedsets or ())])
     found = []
     for domain in snapshot.domains or ():
         facts = domains.facts_of(domain)
@@ -86,14 +86,24 @@ def read(client: kube.Kube, namespace: str | None) -> Snapshot:
     return snapshot
 
 
-def fence_seconds(controllers: Sequence[release.InstalledController]) -> float:
-    """The longest deletion fence any installed scope controller uses (at least the default's lower bound)."""
-    fences = [
-        c.configuration.compute_domain.deletion_fence_seconds
-        for c in controllers
+class Fence(render.Report):
+    seconds: float
+    #: Where it comes from, for the user: the controllers' Configurations, or the default and why.
+    source: str
+
+
+def fence_of(controllers: Sequence[release.InstalledController] | None) -> Fence:
+    """The longest deletion fence any installed scope controller uses; the controllers' default when none can be
+    read (the reason is said: a controller configured for a longer fence would want the longer one)."""
+    fences = {
+        c.controller: c.configuration.compute_domain.deletion_fence_seconds
+        for c in controllers or ()
         if c.configuration is not None and c.controller in keys.DOMAIN_MANAGERS
-    ]
-    return max(fences, default=DEFAULT_FENCE_SECONDS)
+    }
+    if fences:
+        return Fence(seconds=max(fences.values()), source=f"the longest of {', '.join(sorted(fences))}'s Configuration")
+    why = "no scope controller's Configuration is installed" if controllers is not None else "you may not read them"
+    return Fence(seconds=DEFAULT_FENCE_SECONDS, source=f"the controllers' default ({why})")
 
 
 def belongs_to(orphan: Orphan) -> domain_writer.Belongs:
@@ -110,23 +120,34 @@ async def collect(client: kube.Api, found: Sequence[Orphan], *, fence: float) ->
 
 
 async def _workload_uids(client: kube.Api, namespaces: set[str]) -> set[str]:
-    """Afresh, just before writing: the uids of the workloads in these namespaces (one list per kind each)."""
-    uids: set[str] = set()
+    """Afresh, just before writing: the live workload uids in these namespaces (one list per kind each)."""
+    found: list[Object] = []
     for namespace in sorted(namespaces):
         for api_version, plural in ((keys.LWS_API_VERSION, keys.LWS_PLURAL), (keys.DS_API_VERSION, keys.DS_PLURAL)):
             try:
                 async for page in kube.pages(client, api_version, plural, namespace=namespace):
-                    uids |= {str(w["metadata"].get("uid")) for w in page.items}
+                    found += page.items
             except kube.ApiError as error:
                 if error.status != 404:  # a kind not served has no workloads
                     raise
-    return uids
+    return live_workload_uids(found)
 
 
 async def _collect_one(writer: domain_writer.DomainWriter, orphan: Orphan, workload_uids: set[str]) -> tuple[str, str]:
+    """What became of one orphan; a write the API server refused is this orphan's outcome, never the run's end."""
     key = f"{orphan.namespace}/{orphan.name}"
+    try:
+        return key, await _collect(writer, orphan, workload_uids)
+    except kube.ApiError as error:
+        denial = kube.admission_denial(error)
+        if denial is not None:  # the guardian in Deny mode: it sees a pod using the domain
+            return key, f"kept: refused at admission: {denial}"
+        return key, f"{FAILED}{reading.explained(error, f'writing ComputeDomain {orphan.name}')}"
+
+
+async def _collect(writer: domain_writer.DomainWriter, orphan: Orphan, workload_uids: set[str]) -> str:
     if orphan.owner_uid in workload_uids:
-        return key, "kept: its workload exists after all"
+        return "kept: its workload exists after all"
     belongs = belongs_to(orphan)
     if orphan.action is Action.DELETE:
         while True:
@@ -135,9 +156,31 @@ async def _collect_one(writer: domain_writer.DomainWriter, orphan: Orphan, workl
                 break
             if step.come_back_after is None:  # in use again, gone, or no longer this orphan
                 users = await _users(writer, orphan)
-                return key, f"kept: used by {', '.join(users)}" if users else "left: it changed or went meanwhile"
+                return f"kept: used by {', '.join(users)}" if users else "left: it changed or went meanwhile"
             await asyncio.sleep(step.come_back_after)
-    return key, await _release(writer, orphan, belongs)
+    return await _release(writer, orphan, belongs)
+
+
+async def lift_own_marks(client: kube.Api, found: Sequence[Orphan]) -> list[str]:
+    """After an interrupted `--apply`: lift the deletion marks `kubectl mnnvl` set on these orphans (pods may be
+    admitted onto them again); returns the domains whose mark was lifted."""
+    writer = domain_writer.DomainWriter(client, component=keys.CLI, scope=METRICS_SCOPE, fence_seconds=0)
+    lifted = []
+    for orphan in found:
+        fresh = await client.aget(
+            keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, orphan.name, namespace=orphan.namespace
+        )
+        facts = None if fresh is None else domains.facts_of(fresh)
+        if facts is None or facts.deleting or not facts.condemned_mark.startswith(f"{keys.CLI}/"):
+            continue
+        await writer.uncondemn(orphan.namespace, orphan.name, belongs=belongs_to(orphan), workload=None)
+        lifted.append(f"{orphan.namespace}/{orphan.name}")
+    return lifted
+
+
+def failed(outcome: dict[str, str]) -> list[str]:
+    """The orphans whose collection failed (their outcome says why)."""
+    return [key for key, text in outcome.items() if text.startswith(FAILED)]
 
 
 async def _release(writer: domain_writer.DomainWriter, orphan: Orphan, belongs: domain_writer.Belongs) -> str:
@@ -169,7 +212,9 @@ async def _users(writer: domain_writer.DomainWriter, orphan: Orphan) -> list[str
 # --- output ----------------------------------------------------------------------------------------------
 
 
-def as_table(found: Sequence[Orphan], *, apply: bool, outcome: dict[str, str] | None = None) -> str:
+def as_table(
+    found: Sequence[Orphan], *, apply: bool, outcome: dict[str, str] | None = None, fence: Fence | None = None
+) -> str:
     if not found:
         return "No orphaned ComputeDomain: every domain mnnvl made has its workload."
     rows = [["NAMESPACE", "COMPUTEDOMAIN", "MADE BY", "WORKLOAD (GONE)", "ACTION", "USED BY"]]
@@ -191,5 +236,11 @@ def as_table(found: Sequence[Orphan], *, apply: bool, outcome: dict[str, str] | 
                 ", ".join(orphan.users) or "-",
             ]
         )
-    hint = "" if apply else "\n\nDry run: nothing was changed. Run with --apply to delete what no pod uses."
+    if apply:
+        hint = "" if fence is None else f"\n\nDeletion fence: {fence.seconds:g} s, {fence.source}."
+    else:
+        hint = (
+            "\n\nDry run: nothing was changed (users shown are pods of LeaderWorkerSets). Run with --apply to delete "
+            "what no pod uses; it checks every pod of the namespace afresh first."
+        )
     return "\n".join(render.table(rows)) + hint

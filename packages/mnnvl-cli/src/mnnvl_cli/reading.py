@@ -8,6 +8,8 @@ import os
 import pathlib
 from typing import Final
 
+import yaml
+
 from mnnvl_api import keys
 from mnnvl_runtime import kube
 
@@ -33,6 +35,9 @@ def connect(kubeconfig: pathlib.Path | None, context: str | None) -> kube.Kube:
         api = kube.load_api_client(kubeconfig, context=context, max_connections=8)
     except kube.CredentialsError as error:
         raise UserError(f"{error}; pass --kubeconfig or set KUBECONFIG") from error
+    except (yaml.YAMLError, ValueError, TypeError, KeyError) as error:  # a kubeconfig that is not one
+        where = kubeconfig or "the default kubeconfig"
+        raise UserError(f"cannot read {where}: {type(error).__name__}: {error}".splitlines()[0]) from error
     return kube.Kube(api, field_manager=FIELD_MANAGER, attempts=ATTEMPTS, max_backoff=2.0, max_workers=8)
 
 
@@ -84,6 +89,18 @@ def list_all(
         raise explained(error, f"listing {plural}{where}") from error
 
 
+def optional(
+    client: kube.Kube, api_version: str, plural: str, *, namespace: str | None = None, label_selector: str | None = None
+) -> list[Object] | None:
+    """`list_all` for what a summary can do without: None also when the user may not list it (403)."""
+    try:
+        return list_all(client, api_version, plural, namespace=namespace, label_selector=label_selector)
+    except UserError as error:
+        if isinstance(error.__cause__, kube.ApiError) and error.__cause__.status == 403:
+            return None
+        raise
+
+
 def required(found: list[Object] | None, api_version: str, plural: str) -> list[Object]:
     if found is None:
         raise UserError(f"the API server does not serve {plural} ({api_version}); is it installed?")
@@ -105,20 +122,25 @@ def read_cluster(client: kube.Kube, namespace: str | None) -> Snapshot:
     pods = required(
         list_all(client, "v1", "pods", namespace=namespace, label_selector=keys.LWS_NAME_LABEL), "v1", "pods"
     )
-    templates = list_all(client, CLAIM_TEMPLATE_API, "resourceclaimtemplates", namespace=namespace) or []
-    nodes = list_all(client, "v1", "nodes", label_selector=keys.GPU_CLIQUE_LABEL) or []
+    # Without these, readiness and cliques are shown as unknown: a user may read their namespace and no nodes.
+    templates = optional(client, CLAIM_TEMPLATE_API, "resourceclaimtemplates", namespace=namespace)
+    nodes = optional(client, "v1", "nodes", label_selector=keys.GPU_CLIQUE_LABEL)
     return Snapshot(
         leaderworkersets=lws,
         disaggregatedsets=list_all(client, keys.DS_API_VERSION, keys.DS_PLURAL, namespace=namespace),
         pods=pods,
         domains=domains,
-        claim_templates={
+        claim_templates=None
+        if templates is None
+        else {
             (str(t["metadata"].get("namespace")), str(t["metadata"]["name"])): str(
                 t["metadata"].get("creationTimestamp") or ""
             )
             for t in templates
         },
-        node_cliques={str(n["metadata"]["name"]): str(n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL]) for n in nodes},
+        node_cliques=None
+        if nodes is None
+        else {str(n["metadata"]["name"]): str(n["metadata"]["labels"][keys.GPU_CLIQUE_LABEL]) for n in nodes},
     )
 
 

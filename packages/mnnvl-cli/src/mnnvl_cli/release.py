@@ -4,6 +4,7 @@ its Lease and the webhook configurations; read with one labelled list per kind."
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -21,6 +22,8 @@ from .snapshot import Object
 PART_OF_SELECTOR: Final = "app.kubernetes.io/part-of=mnnvl"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 CONFIGURATION_SUFFIX: Final = "-configuration"
+#: `<component name>-configuration`, as the chart names it, with kustomize's content hash after it when generated.
+CONFIGURATION_NAME: Final = re.compile(rf"^(?P<component>.+){CONFIGURATION_SUFFIX}(-[a-z0-9]{{10}})?$")
 CONFIGURATION_KEY: Final = "configuration.yaml"
 WEBHOOK_API: Final = "admissionregistration.k8s.io/v1"
 #: plural → kind of the two webhook configuration kinds.
@@ -38,6 +41,8 @@ class InstalledController:
     namespace: str
     #: The chart's name of its objects (Deployment, ServiceAccount), `<release>-<component>`.
     component_name: str
+    #: The ConfigMap holding its Configuration.
+    config_map: str
     #: None when the ConfigMap holds no valid Configuration (`problem` says why).
     configuration: configuration_file.Configuration | None
     problem: str = ""
@@ -59,7 +64,8 @@ def controller_of(config_map: Mapping[str, object]) -> InstalledController | Non
     component = (meta.get("labels") or {}).get(COMPONENT_LABEL)
     data = config_map.get("data") or {}
     assert isinstance(data, Mapping)
-    if not component or not name.endswith(CONFIGURATION_SUFFIX) or CONFIGURATION_KEY not in data:
+    named = CONFIGURATION_NAME.match(name)
+    if not component or named is None or CONFIGURATION_KEY not in data:
         return None
     configuration: configuration_file.Configuration | None = None
     problem = ""
@@ -70,7 +76,8 @@ def controller_of(config_map: Mapping[str, object]) -> InstalledController | Non
     return InstalledController(
         controller=f"mnnvl-{component}",
         namespace=str(meta.get("namespace") or ""),
-        component_name=name.removesuffix(CONFIGURATION_SUFFIX),
+        component_name=named.group("component"),
+        config_map=name,
         configuration=configuration,
         problem=problem,
     )

@@ -4,7 +4,7 @@ them that more than one command needs (whose a domain is, whether it is ready, w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mnnvl_api import keys, names
@@ -23,10 +23,10 @@ class Snapshot:
     disaggregatedsets: Sequence[Object] | None
     pods: Sequence[Object]
     domains: Sequence[Object] | None
-    #: (namespace, name) of each ResourceClaimTemplate → its creationTimestamp.
-    claim_templates: Mapping[tuple[str, str], str]
-    #: node name → its clique label (nodes without one are absent).
-    node_cliques: Mapping[str, str]
+    #: (namespace, name) of each ResourceClaimTemplate → its creationTimestamp; None when they may not be read.
+    claim_templates: Mapping[tuple[str, str], str] | None
+    #: node name → its clique label (nodes without one are absent); None when nodes may not be read.
+    node_cliques: Mapping[str, str] | None
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:
@@ -131,6 +131,35 @@ def workload_of_pod(pod: Mapping[str, Any], workloads: Sequence[Workload]) -> Wo
     return None
 
 
+def domain_owner(pod: Mapping[str, Any], workload: Workload | None, snapshot: Snapshot) -> Workload | None:
+    """The workload the pod's domain is made for: for a replica-scope pod of a DisaggregatedSet, the child
+    LeaderWorkerSet its role made (mnnvl-lws made the domain for that child); otherwise the pod's own workload."""
+    labels = labels_of(pod)
+    if workload is None or workload.kind != keys.DS_KIND or labels.get(keys.SCOPE_LABEL) != keys.SCOPE_REPLICA:
+        return workload
+    child = next(
+        (
+            lws
+            for lws in snapshot.leaderworkersets
+            if namespace_of(lws) == namespace_of(pod) and name_of(lws) == labels.get(keys.LWS_NAME_LABEL)
+        ),
+        None,
+    )
+    return None if child is None else _lws_workload(child)
+
+
+def live_workload_uids(workloads: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The uids of the workloads listed (LeaderWorkerSets and DisaggregatedSets) and of the DisaggregatedSets their
+    child LeaderWorkerSets name as controller: alive too, even where their own API is not served."""
+    uids: set[str] = set()
+    for workload in workloads:
+        uids.add(str(workload["metadata"].get("uid")))
+        reference = ownership.controller_reference(workload["metadata"], keys.DS_KIND)
+        if reference is not None and reference.get("uid"):
+            uids.add(str(reference["uid"]))
+    return uids
+
+
 # --- domains ---------------------------------------------------------------------------------------------
 
 
@@ -157,7 +186,8 @@ def domain_state(snapshot: Snapshot, namespace: str, name: str, *, workload: Wor
         None,
     )
     template = names.claim_template_name(name)
-    template_created = snapshot.claim_templates.get((namespace, template))
+    templates = snapshot.claim_templates
+    template_created = None if templates is None else templates.get((namespace, template))
     if found is None:
         return DomainState(
             name=name,
@@ -188,6 +218,8 @@ def domain_state(snapshot: Snapshot, namespace: str, name: str, *, workload: Wor
         reason, since = "it is being deleted", str(meta.get("deletionTimestamp"))
     elif facts.condemned:
         reason = "it is about to be deleted (condemned: no pod is admitted onto it)"
+    elif templates is None:
+        reason = f"cannot tell whether its ResourceClaimTemplate {template} exists (you may not list them)"
     elif template_created is None:
         reason = f"waiting for the NVIDIA driver to create ResourceClaimTemplate {template}"
     return DomainState(
@@ -234,7 +266,8 @@ def containers_of(pod: Mapping[str, Any], *, workload: Workload | None) -> Conta
     target_names = {t.name for t in targets}
     named = injection.named_containers(pod_annotations)
     unclaimed: dict[str, str] = {}
-    for container in spec.get("containers") or ():
+    sidecars = [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    for container in [*sidecars, *(spec.get("containers") or ())]:
         name = container["name"]
         if name in claimed:
             continue
@@ -245,9 +278,14 @@ def containers_of(pod: Mapping[str, Any], *, workload: Workload | None) -> Conta
         elif not injection.requests_gpu(container):
             unclaimed[name] = "CPU-only"
         else:
-            unclaimed[name] = "missing: admitted without mnnvl's pod webhook"
+            unclaimed[name] = MISSING_CLAIM
     missing = scope is not None and not claimed and injection.lacks_channel_claim(spec, pod_annotations)
     return Containers(claimed=claimed, unclaimed=unclaimed, missing_claim=missing)
+
+
+#: Why a GPU container of a stamped pod lacks the claim: its pod was admitted while mnnvl's gate was off, or
+#: without its pod webhook (not registered or unreachable with an Ignore policy).
+MISSING_CLAIM = "missing: admitted while the gate was off or without mnnvl's pod webhook"
 
 
 def _holds_channel(container: Mapping[str, Any]) -> bool:
@@ -270,4 +308,6 @@ def _why_out_of_scope(pod: Mapping[str, Any], workload: Workload | None) -> str:
 
 def clique_of(snapshot: Snapshot, pod: Mapping[str, Any]) -> str | None:
     node = (pod.get("spec") or {}).get("nodeName")
-    return snapshot.node_cliques.get(str(node)) if node else None
+    if not node or snapshot.node_cliques is None:
+        return None
+    return snapshot.node_cliques.get(str(node))

@@ -9,6 +9,8 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pydantic
+
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, injection, references
 
@@ -21,6 +23,7 @@ from .snapshot import (
     annotations_of,
     clique_of,
     containers_of,
+    domain_owner,
     domain_state,
     labels_of,
     name_of,
@@ -60,6 +63,8 @@ class Unit(render.Report):
     revision: str | None = None
     domain: Domain | None
     pods: list[Pod]
+    #: DisaggregatedSet only: the per-replica domains of its replica-scope roles' groups, by `role/group`.
+    replica_domains: dict[str, Domain] = pydantic.Field(default_factory=dict)
 
 
 class ObsoleteDomain(render.Report):
@@ -125,11 +130,13 @@ def status_of(snapshot: Snapshot, workload: Workload) -> WorkloadStatus:
     pods = pods_of(snapshot, workload)
     units = _lws_units(snapshot, workload, pods) if workload.kind == LWS_KIND else _ds_units(snapshot, workload, pods)
     current = {u.domain.name for u in units if u.domain is not None}
+    current |= {d.name for u in units for d in u.replica_domains.values()}
+    owners = {workload.uid, *(str(c["metadata"].get("uid")) for c in children_of(snapshot, workload))}
     obsolete = [
         _obsolete(snapshot, d)
         for d in snapshot.domains or ()
         if namespace_of(d) == workload.namespace
-        and labels_of(d).get(keys.OWNER_UID_LABEL) == workload.uid
+        and labels_of(d).get(keys.OWNER_UID_LABEL) in owners
         and domains.facts_of(d).managed
         and name_of(d) not in current
     ]
@@ -158,11 +165,22 @@ def _lws_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -
         units.append(
             Unit(
                 group=group,
-                domain=_domain(snapshot, workload, recorded) if recorded else None,
+                domain=_domain(snapshot, workload, workload.namespace, recorded) if recorded else None,
                 pods=[_pod(snapshot, workload, p) for p in members],
             )
         )
     return units
+
+
+def children_of(snapshot: Snapshot, workload: Workload) -> list[Object]:
+    """The child LeaderWorkerSets of a DisaggregatedSet (none for a LeaderWorkerSet)."""
+    if workload.kind != keys.DS_KIND:
+        return []
+    return [
+        child
+        for child in snapshot.leaderworkersets
+        if namespace_of(child) == workload.namespace and labels_of(child).get(keys.DS_NAME_LABEL) == workload.name
+    ]
 
 
 def _ds_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -> list[Unit]:
@@ -170,30 +188,47 @@ def _ds_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) ->
     for pod in pods:
         labels = labels_of(pod)
         units.setdefault((labels.get(keys.DS_SLICE_LABEL, "0"), labels.get(keys.DS_REVISION_LABEL, "")), []).append(pod)
-    for child in snapshot.leaderworkersets:  # a (slice, revision) whose child LeaderWorkerSets have no pod yet
+    for child in children_of(snapshot, workload):  # a (slice, revision) whose child LeaderWorkerSets have no pod yet
         labels = labels_of(child)
-        if namespace_of(child) == workload.namespace and labels.get(keys.DS_NAME_LABEL) == workload.name:
-            units.setdefault((labels.get(keys.DS_SLICE_LABEL, "0"), labels.get(keys.DS_REVISION_LABEL, "")), [])
+        units.setdefault((labels.get(keys.DS_SLICE_LABEL, "0"), labels.get(keys.DS_REVISION_LABEL, "")), [])
     sliced = any(scope == keys.SCOPE_SLICE for scope in workload.role_scopes.values())
     return [
         Unit(
             slice=slice_index,
             revision=revision,
-            domain=_domain(snapshot, workload, names.slice_domain_name(workload.name, int(slice_index), revision))
+            domain=_domain(
+                snapshot,
+                workload,
+                workload.namespace,
+                names.slice_domain_name(workload.name, int(slice_index), revision),
+            )
             if sliced and slice_index.isdigit() and revision
             else None,
             pods=[_pod(snapshot, workload, p) for p in units[(slice_index, revision)]],
+            replica_domains=_replica_domains(snapshot, workload, units[(slice_index, revision)]),
         )
         for slice_index, revision in sorted(units, key=lambda k: (int(k[0]) if k[0].isdigit() else -1, k[1]))
     ]
+
+
+def _replica_domains(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -> dict[str, Domain]:
+    """The domain each leader of a replica-scope role records, ready or not for its child LeaderWorkerSet."""
+    found = {}
+    for pod in pods:
+        labels = labels_of(pod)
+        recorded = references.recorded_domain(pod)
+        if labels.get(keys.SCOPE_LABEL) == keys.SCOPE_REPLICA and _is_leader(pod) and recorded:
+            where = f"{labels.get(keys.DS_ROLE_LABEL, '?')}/{labels.get(keys.LWS_GROUP_INDEX_LABEL, '?')}"
+            found[where] = _domain(snapshot, domain_owner(pod, workload, snapshot), workload.namespace, recorded)
+    return dict(sorted(found.items()))
 
 
 def _is_leader(pod: Mapping[str, Any]) -> bool:
     return labels_of(pod).get(keys.LWS_WORKER_INDEX_LABEL) == "0"
 
 
-def _domain(snapshot: Snapshot, workload: Workload, name: str) -> Domain:
-    state = domain_state(snapshot, workload.namespace, name, workload=workload)
+def _domain(snapshot: Snapshot, workload: Workload | None, namespace: str, name: str) -> Domain:
+    state = domain_state(snapshot, namespace, name, workload=workload)
     return Domain(
         name=state.name,
         exists=state.exists,
@@ -233,7 +268,7 @@ def _obsolete(snapshot: Snapshot, domain: Object) -> ObsoleteDomain:
     elif users:
         state = "deleted once its pods are gone"
     else:
-        state = "no pod uses it; its controller deletes it"
+        state = "no pod uses it; its controller deletes it (while the gate is on)"
     return ObsoleteDomain(name=facts.name, state=state, waiting_for=users)
 
 
@@ -267,7 +302,12 @@ def _workload_lines(status: WorkloadStatus, *, now: datetime.datetime, style: re
     lines = [style.paint(f"{status.kind} {status.namespace}/{status.name}", "bold") + f"  {opt_in}  ({what})"]
     for unit in status.units:
         where = f"group {unit.group}" if unit.group is not None else f"slice {unit.slice} revision {unit.revision}"
-        lines.append(f"  {where}: {_domain_line(unit.domain, now=now, style=style)}")
+        shown = (
+            "no slice ComputeDomain (no role shares one)"
+            if unit.group is None and unit.domain is None
+            else _domain_line(unit.domain, now=now, style=style)
+        )
+        lines.append(f"  {where}: {shown}")
         rows = [["POD", "ROLE", "PHASE", "GATE", "NODE", "CLIQUE", "CLAIM IN", "NO CLAIM"]]
         reasons: dict[str, str] = {}
         for pod in unit.pods:
@@ -286,6 +326,10 @@ def _workload_lines(status: WorkloadStatus, *, now: datetime.datetime, style: re
             )
         lines += render.table(rows, indent=4) if unit.pods else ["    (no pods yet)"]
         lines += [f"    no claim in {container}: {why}" for container, why in sorted(reasons.items())]
+        lines += [
+            f"    per-replica {_domain_line(domain, now=now, style=style)} ({where})"
+            for where, domain in unit.replica_domains.items()
+        ]
     for obsolete in status.obsolete_domains:
         waiting = f"; waiting for pods: {', '.join(obsolete.waiting_for)}" if obsolete.waiting_for else ""
         lines.append(f"  obsolete ComputeDomain {obsolete.name}: {obsolete.state}{waiting}")

@@ -17,6 +17,7 @@ from typing import Final, Literal, TypeGuard
 import pydantic
 
 from .. import keys
+from .. import names as names_module
 from .base import KubeModel
 
 API_VERSION: Final = "config.lws.x-k8s.io/v1"
@@ -117,8 +118,6 @@ LABEL_KEY: Final = re.compile(
 )
 #: Grove's pattern for `levels[].domain`.
 GROVE_DOMAIN: Final = re.compile(r"^[a-z][a-z0-9-]*$")
-DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-DNS_SUBDOMAIN_MAX_LENGTH: Final = 253
 KAI_MAX_LEVELS: Final = 16
 KAI_MAX_LABEL_LENGTH: Final = 316
 GROVE_MAX_LENGTH: Final = 63
@@ -178,7 +177,7 @@ def topology_problems(entry: TopologySettings) -> list[str]:
     # binding's name it is never derived, so a bad one is always a typo.
     names.append(("groveBinding.schedulerName", entry.grove_binding.scheduler_name))
     for what, name in names:
-        if len(name) > DNS_SUBDOMAIN_MAX_LENGTH or not DNS_SUBDOMAIN.match(name):
+        if not names_module.is_dns1123_subdomain(name):
             problems.append(f"{what} {name!r} is not a DNS subdomain name; use lowercase letters, digits, '-' and '.'")
     labels = [level.node_label for level in entry.levels]
     if not labels:
@@ -236,8 +235,7 @@ def installation_problem(installation: str) -> str | None:
         bool(slash)
         and len(namespace) <= DNS_LABEL_MAX_LENGTH
         and DNS_LABEL.match(namespace) is not None
-        and len(name) <= DNS_SUBDOMAIN_MAX_LENGTH
-        and DNS_SUBDOMAIN.match(name) is not None
+        and names_module.is_dns1123_subdomain(name)
     )
     return None if fits else f"{INSTALLATION_RULE}; got {installation!r}"
 
