@@ -93,8 +93,9 @@ def create_lws(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> None:
     api.request("POST", kube.path_of(LWS_API, "leaderworkersets", namespace=ns), body=manifest)
 
 
-def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
-    """`workloads` opted-in LeaderWorkerSets of `groups` groups of 2 pods each; until every pod exists ungated."""
+def load(api: kube.Kube, ns: str, workloads: int, groups: int, *, ungated: bool = True) -> None:
+    """`workloads` opted-in LeaderWorkerSets of `groups` groups of 2 pods each; until every pod exists (and, with
+    `ungated`, has had its gate removed)."""
     for index in range(workloads):
         create_lws(api, ns, lws_manifest(f"model-{index}", replicas=groups))
     expected = workloads * groups * 2
@@ -108,9 +109,10 @@ def load(api: kube.Kube, ns: str, workloads: int, groups: int) -> None:
             return False
         mine = [p for p in pods if p["metadata"]["namespace"] == ns]
         gated = [p for p in mine if keys.SCHEDULING_GATE in {g["name"] for g in p["spec"].get("schedulingGates") or []}]
-        return len(mine) == expected and not gated
+        return len(mine) == expected and not (ungated and gated)
 
-    testing.wait_for(settled, what=f"{expected} pods, none gated", timeout=300 + expected * 0.2, interval=5)
+    what = f"{expected} pods" + (", none gated" if ungated else "")
+    testing.wait_for(settled, what=what, timeout=300 + expected * 0.2, interval=5)
 
 
 def delete_lws(api: kube.Kube, ns: str, name: str) -> None:
