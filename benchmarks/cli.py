@@ -2,10 +2,11 @@
 of the same pods (what `kubectl get pods -A -o json` costs), measured in the same run.
 
 `--workloads` opted-in LeaderWorkerSets of `--groups` groups of 2 pods each (default 25 x 100 x 2 = 5,000 pods,
-Pending: they ask for no existing node) are created first (gated or not: the commands read them alike). Then, each `--repeats` times (the median is reported):
-the baseline pod list, `status` computed in process (its lists and the summary), and `status -o json`, `gc` (the
-dry run) and `explain POD` as the console script a user runs (Python's start-up included). Every command makes one
-list per resource kind, never a GET per object. Run: `./dev bench cli --workloads 25 --groups 100`.
+Pending: they ask for no existing node) are created first, gated or not: the commands read them alike. Then, each
+`--repeats` times (the median is reported): the baseline pod list, `status` computed in process (its lists and the
+summary), and `status -o json`, `gc` (the dry run) and `explain POD` as the console script a user runs (Python's
+start-up included). Every command makes one list per resource kind, never a GET per object. Run:
+`./dev bench cli --workloads 25 --groups 100`.
 """
 
 from __future__ import annotations
