@@ -151,14 +151,7 @@ def test_explain_names_a_collision_with_a_foreign_domain_and_the_object_to_look_
     api: kube.Kube, ns: str, testbed: cluster.Testbed, lws_replicas: list[controllers.Replica]
 ) -> None:
     """`explain POD`: a gated pod whose domain's name is taken by a foreign ComputeDomain."""
-    with workloads.lws_lease_taken(api, lws_replicas[0]):
-        workloads.create_lws(api, ns, workloads.lws_manifest("clash", replicas=1, size=2))
-        leader = testing.wait_for(
-            lambda: api.get("v1", "pods", "clash-0", namespace=ns), what="the leader pod", timeout=60
-        )
-        name = workloads.domain_of(leader)
-        assert name is not None
-        workloads.create_foreign_domain(api, ns, name, {"team": "someone-else"})
+    name = workloads.leader_behind_a_foreign_domain(api, ns, lws_replicas[0])
 
     found = data_of(testbed, "explain", "-n", ns, "clash-0")
     assert found["verdict"].startswith(f"gated until ComputeDomain {name} is ready: name collision")
@@ -279,16 +272,7 @@ def test_gc_lists_domains_of_workloads_deleted_while_the_gate_was_off_and_delete
 
     for controller in CONTROLLERS:
         controllers.start(testbed, controller, gate=False)
-    worker = kube.path_of("v1", "pods", namespace=ns, name="orphaned-1-1")
-    api.patch(worker, {"metadata": {"finalizers": [workloads.HOLD_FINALIZER]}})
-    try:
-        api.request("DELETE", workloads.lws_path(ns, "orphaned"))
-        testing.wait_for(
-            lambda: [p["metadata"]["name"] for p in testing.pods(api, ns)] == ["orphaned-1-1"],
-            what="every pod gone but the held worker",
-            state=testing.state_of(lambda: workloads.summary(api, ns)),
-            timeout=workloads.TIMEOUT,
-        )
+    with workloads.deleted_but_one_worker(api, ns, "orphaned", "orphaned-1-1"):
         listed = {o["name"]: o for o in data_of(testbed, "gc", "-n", ns)["orphans"]}
         assert set(listed) == set(domains.values())
         assert (listed[domains["0"]]["action"], listed[domains["0"]]["users"]) == ("delete", [])
@@ -301,8 +285,6 @@ def test_gc_lists_domains_of_workloads_deleted_while_the_gate_was_off_and_delete
         kept = workloads.domains(api, ns)[domains["1"]]
         assert not kept["metadata"].get("deletionTimestamp")  # refused: a pod still uses it
         assert keys.CONDEMNED_ANNOTATION not in (kept["metadata"].get("annotations") or {})
-    finally:
-        api.patch(worker, {"metadata": {"finalizers": None}})
     testing.wait_for(lambda: testing.pods(api, ns) == [], what="the held worker gone", timeout=60)
     applied = data_of(testbed, "gc", "-n", ns, "--apply")
     assert applied["outcome"][f"{ns}/{domains['1']}"] in ("deleted and released", "deleted")

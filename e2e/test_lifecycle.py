@@ -187,15 +187,7 @@ def test_a_foreign_domain_with_the_generated_name_is_not_adopted(
     api: kube.Kube, ns: str, lws_replicas: list[controllers.Replica]
 ) -> None:
     """If a ComputeDomain with the generated name exists and is not managed by the same workload, LWS does not adopt it. It emits an UnexpectedComputeDomainOwner Warning event and keeps the leader gated."""
-    # Hold the controller's Lease so nothing reconciles while the foreign domain is put in place.
-    with workloads.lws_lease_taken(api, lws_replicas[0]):
-        workloads.create_lws(api, ns, workloads.lws_manifest("clash", replicas=1, size=2))
-        leader = testing.wait_for(
-            lambda: api.get("v1", "pods", "clash-0", namespace=ns), what="the leader pod", timeout=60
-        )
-        name = workloads.domain_of(leader)
-        assert name is not None
-        workloads.create_foreign_domain(api, ns, name, {"team": "someone-else"})
+    name = workloads.leader_behind_a_foreign_domain(api, ns, lws_replicas[0])
 
     def warned() -> list[kube.Object]:
         found = api.list_objects("v1", "events", namespace=ns, fieldSelector=f"reason={events.UNEXPECTED_OWNER_REASON}")

@@ -179,16 +179,7 @@ def test_deny_mode_names_a_pod_stuck_terminating_and_the_command_that_lets_it_go
     controllers.start(testbed, GUARDIAN, gate=True, extra_config={"computeDomain": {"deletionProtection": "Deny"}})
     domain = running_workload(api, ns, "held")
     stop_lws(testbed)
-    worker = kube.path_of("v1", "pods", namespace=ns, name="held-0-1")
-    api.patch(worker, {"metadata": {"finalizers": [workloads.HOLD_FINALIZER]}})
-    try:
-        api.request("DELETE", workloads.lws_path(ns, "held"))
-        testing.wait_for(
-            lambda: [p["metadata"]["name"] for p in testing.pods(api, ns)] == ["held-0-1"],
-            what="every pod of the workload gone but the held worker",
-            state=testing.state_of(lambda: workloads.summary(api, ns)),
-            timeout=60,
-        )
+    with workloads.deleted_but_one_worker(api, ns, "held", "held-0-1", timeout=60) as worker:
         # No grace period left: the deletionTimestamp is now, and the pod stays only for its finalizer.
         api.request("DELETE", worker, body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
         message = workloads.rejection(lambda: api.request("DELETE", domain_path(ns, domain)))
@@ -196,8 +187,6 @@ def test_deny_mode_names_a_pod_stuck_terminating_and_the_command_that_lets_it_go
         assert f"force-delete them: kubectl delete pod -n {ns} --force --grace-period=0 held-0-1;" in message
         assert "Scale down" not in message
         assert api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, domain, namespace=ns) is not None
-    finally:
-        api.patch(worker, {"metadata": {"finalizers": None}})
     testing.wait_for(lambda: testing.pods(api, ns) == [], what="the held worker gone", timeout=60)
     api.request("DELETE", domain_path(ns, domain))
     wait_gone(api, ns, domain, "the unused domain deleted")

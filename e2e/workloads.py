@@ -446,3 +446,38 @@ def lws_lease_taken(api: kube.Kube, replica: controllers.Replica) -> Iterator[No
             body={"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}},
             content_type=kube.MERGE_PATCH,
         )
+
+
+def leader_behind_a_foreign_domain(api: kube.Kube, ns: str, replica: controllers.Replica, name: str = "clash") -> str:
+    """An opted-in LWS `name` of one group whose leader's domain name a foreign ComputeDomain takes first (put in place
+    while the test holds mnnvl-lws's Lease, so nothing reconciles meanwhile); the domain's name."""
+    with lws_lease_taken(api, replica):
+        create_lws(api, ns, lws_manifest(name, replicas=1, size=2))
+        leader = testing.wait_for(
+            lambda: api.get("v1", "pods", f"{name}-0", namespace=ns), what="the leader pod", timeout=60
+        )
+        domain = domain_of(leader)
+        assert domain is not None
+        create_foreign_domain(api, ns, domain, {"team": "someone-else"})
+    return domain
+
+
+@contextlib.contextmanager
+def deleted_but_one_worker(
+    api: kube.Kube, ns: str, name: str, worker: str, *, timeout: float = TIMEOUT
+) -> Iterator[str]:
+    """The LWS `name` deleted while its pod `worker` is held Terminating (non-terminal, still using its domain) by a
+    finalizer, as a kubelet's grace period would; yields the pod's path, and lets the pod go afterwards."""
+    path = kube.path_of("v1", "pods", namespace=ns, name=worker)
+    api.patch(path, {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    try:
+        api.request("DELETE", lws_path(ns, name))
+        testing.wait_for(
+            lambda: [p["metadata"]["name"] for p in testing.pods(api, ns)] == [worker],
+            what="every pod of the workload gone but the held worker",
+            state=testing.state_of(lambda: summary(api, ns)),
+            timeout=timeout,
+        )
+        yield path
+    finally:
+        api.patch(path, {"metadata": {"finalizers": None}})

@@ -11,6 +11,8 @@ from mnnvl_api import keys, names
 from mnnvl_api.decisions import domains, enrollment, injection, opt_in, ownership, references
 from mnnvl_api.models import disaggregatedset
 
+from . import render
+
 Object = dict[str, Any]
 LWS_KIND = "LeaderWorkerSet"
 
@@ -163,8 +165,7 @@ def live_workload_uids(workloads: Iterable[Mapping[str, Any]]) -> set[str]:
 # --- domains ---------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DomainState:
+class DomainState(render.Report):
     """A domain as a pod of `workload` sees it: whether the controllers release pods onto it, and why not."""
 
     name: str

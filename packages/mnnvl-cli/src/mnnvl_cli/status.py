@@ -17,6 +17,7 @@ from mnnvl_api.decisions import domains, injection, references
 from . import render
 from .snapshot import (
     LWS_KIND,
+    DomainState,
     Object,
     Snapshot,
     Workload,
@@ -31,15 +32,6 @@ from .snapshot import (
     users_of,
     workloads_of,
 )
-
-
-class Domain(render.Report):
-    name: str
-    exists: bool
-    ready: bool
-    since: str | None
-    reason: str
-    driver_status: str | None
 
 
 class Pod(render.Report):
@@ -61,10 +53,10 @@ class Unit(render.Report):
     group: str | None = None
     slice: str | None = None
     revision: str | None = None
-    domain: Domain | None
+    domain: DomainState | None
     pods: list[Pod]
     #: DisaggregatedSet only: the per-replica domains of its replica-scope roles' groups, by `role/group`.
-    replica_domains: dict[str, Domain] = pydantic.Field(default_factory=dict)
+    replica_domains: dict[str, DomainState] = pydantic.Field(default_factory=dict)
 
 
 class ObsoleteDomain(render.Report):
@@ -165,7 +157,7 @@ def _lws_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -
         units.append(
             Unit(
                 group=group,
-                domain=_domain(snapshot, workload, workload.namespace, recorded) if recorded else None,
+                domain=domain_state(snapshot, workload.namespace, recorded, workload=workload) if recorded else None,
                 pods=[_pod(snapshot, workload, p) for p in members],
             )
         )
@@ -211,7 +203,7 @@ def _ds_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) ->
     ]
 
 
-def _replica_domains(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -> dict[str, Domain]:
+def _replica_domains(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) -> dict[str, DomainState]:
     """The domain each leader of a replica-scope role records, ready or not for its child LeaderWorkerSet."""
     found = {}
     for pod in pods:
@@ -219,24 +211,14 @@ def _replica_domains(snapshot: Snapshot, workload: Workload, pods: Sequence[Obje
         recorded = references.recorded_domain(pod)
         if labels.get(keys.SCOPE_LABEL) == keys.SCOPE_REPLICA and _is_leader(pod) and recorded:
             where = f"{labels.get(keys.DS_ROLE_LABEL, '?')}/{labels.get(keys.LWS_GROUP_INDEX_LABEL, '?')}"
-            found[where] = _domain(snapshot, domain_owner(pod, workload, snapshot), workload.namespace, recorded)
+            found[where] = domain_state(
+                snapshot, workload.namespace, recorded, workload=domain_owner(pod, workload, snapshot)
+            )
     return dict(sorted(found.items()))
 
 
 def _is_leader(pod: Mapping[str, Any]) -> bool:
     return labels_of(pod).get(keys.LWS_WORKER_INDEX_LABEL) == "0"
-
-
-def _domain(snapshot: Snapshot, workload: Workload | None, namespace: str, name: str) -> Domain:
-    state = domain_state(snapshot, namespace, name, workload=workload)
-    return Domain(
-        name=state.name,
-        exists=state.exists,
-        ready=state.ready,
-        since=state.since,
-        reason=state.reason,
-        driver_status=state.driver_status,
-    )
 
 
 def _pod(snapshot: Snapshot, workload: Workload, pod: Object) -> Pod:
@@ -336,7 +318,7 @@ def _workload_lines(status: WorkloadStatus, *, now: datetime.datetime, style: re
     return lines
 
 
-def _domain_line(domain: Domain | None, *, now: datetime.datetime, style: render.Style) -> str:
+def _domain_line(domain: DomainState | None, *, now: datetime.datetime, style: render.Style) -> str:
     if domain is None:
         return "no ComputeDomain (no leader pod records one)"
     driver = f", driver status {domain.driver_status}" if domain.driver_status else ""
