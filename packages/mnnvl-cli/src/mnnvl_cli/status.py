@@ -188,11 +188,11 @@ def _ds_units(snapshot: Snapshot, workload: Workload, pods: Sequence[Object]) ->
         Unit(
             slice=slice_index,
             revision=revision,
-            domain=_domain(
+            domain=domain_state(
                 snapshot,
-                workload,
                 workload.namespace,
                 names.slice_domain_name(workload.name, int(slice_index), revision),
+                workload=workload,
             )
             if sliced and slice_index.isdigit() and revision
             else None,
