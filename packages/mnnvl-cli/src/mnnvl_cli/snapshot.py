@@ -4,6 +4,7 @@ them that more than one command needs (whose a domain is, whether it is ready, w
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,36 @@ class Snapshot:
     claim_templates: Mapping[tuple[str, str], str] | None
     #: node name → its clique label (nodes without one are absent); None when nodes may not be read.
     node_cliques: Mapping[str, str] | None
+
+    # Indexes, built once on first use: thousands of pods and domains are looked up by name, not scanned.
+
+    @functools.cached_property
+    def domain_index(self) -> dict[tuple[str, str], Object]:
+        """(namespace, name) → the ComputeDomain."""
+        return {(namespace_of(d), name_of(d)): d for d in self.domains or ()}
+
+    @functools.cached_property
+    def domains_by_owner(self) -> dict[str, list[Object]]:
+        """The owner-uid label's value → the ComputeDomains carrying it."""
+        found: dict[str, list[Object]] = {}
+        for domain in self.domains or ():
+            owner = labels_of(domain).get(keys.OWNER_UID_LABEL)
+            if owner:
+                found.setdefault(owner, []).append(domain)
+        return found
+
+    @functools.cached_property
+    def pods_by_workload(self) -> dict[tuple[str, str, str], list[Object]]:
+        """(kind, namespace, name) of the top-level workload → its pods by name: a DisaggregatedSet's pods under it,
+        never under its child LeaderWorkerSets."""
+        found: dict[tuple[str, str, str], list[Object]] = {}
+        for pod in sorted(self.pods, key=name_of):
+            labels = labels_of(pod)
+            ds = labels.get(keys.DS_NAME_LABEL)
+            kind, name = (keys.DS_KIND, ds) if ds else (LWS_KIND, labels.get(keys.LWS_NAME_LABEL))
+            if name:
+                found.setdefault((kind, namespace_of(pod), name), []).append(pod)
+        return found
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:
@@ -182,10 +213,7 @@ class DomainState(render.Report):
 
 def domain_state(snapshot: Snapshot, namespace: str, name: str, *, workload: Workload | None) -> DomainState:
     """Whether the domain `name` in `namespace` is ready for pods of `workload` (`domains.is_ready`), and why not."""
-    found = next(
-        (d for d in snapshot.domains or () if namespace_of(d) == namespace and name_of(d) == name),
-        None,
-    )
+    found = snapshot.domain_index.get((namespace, name))
     template = names.claim_template_name(name)
     templates = snapshot.claim_templates
     template_created = None if templates is None else templates.get((namespace, template))

@@ -105,17 +105,7 @@ def matches(workload: Workload, named: str) -> bool:
 
 
 def pods_of(snapshot: Snapshot, workload: Workload) -> list[Object]:
-    label = keys.LWS_NAME_LABEL if workload.kind == LWS_KIND else keys.DS_NAME_LABEL
-    return sorted(
-        (
-            p
-            for p in snapshot.pods
-            if namespace_of(p) == workload.namespace
-            and labels_of(p).get(label) == workload.name
-            and (workload.kind != LWS_KIND or keys.DS_NAME_LABEL not in labels_of(p))
-        ),
-        key=name_of,
-    )
+    return snapshot.pods_by_workload.get((workload.kind, workload.namespace, workload.name), [])
 
 
 def status_of(snapshot: Snapshot, workload: Workload) -> WorkloadStatus:
@@ -126,11 +116,9 @@ def status_of(snapshot: Snapshot, workload: Workload) -> WorkloadStatus:
     owners = {workload.uid, *(str(c["metadata"].get("uid")) for c in children_of(snapshot, workload))}
     obsolete = [
         _obsolete(snapshot, d)
-        for d in snapshot.domains or ()
-        if namespace_of(d) == workload.namespace
-        and labels_of(d).get(keys.OWNER_UID_LABEL) in owners
-        and domains.facts_of(d).managed
-        and name_of(d) not in current
+        for owner in owners
+        for d in snapshot.domains_by_owner.get(owner, ())
+        if namespace_of(d) == workload.namespace and domains.facts_of(d).managed and name_of(d) not in current
     ]
     return WorkloadStatus(
         kind=workload.kind,
