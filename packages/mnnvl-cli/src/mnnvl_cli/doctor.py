@@ -969,19 +969,11 @@ def _probes(
             )
         except kube.ApiError as error:
             answers[controller.controller] = Answer(
-                status=error.status, message=_message(error), denial=kube.admission_denial(error)
+                status=error.status, message=reading.api_message(error), denial=kube.admission_denial(error)
             )
         else:
             answers[controller.controller] = Answer(status=201)
     return answers
-
-
-def _message(error: kube.ApiError) -> str:
-    try:
-        status = json.loads(error.body or "")
-    except ValueError:
-        return str(error.reason or error)
-    return str(status.get("message") if isinstance(status, dict) and status.get("message") else error.reason)
 
 
 def _serving_certs(client: kube.Kube, controllers: Sequence[release.InstalledController]) -> dict[str, str]:

@@ -43,7 +43,7 @@ def connect(kubeconfig: pathlib.Path | None, context: str | None) -> kube.Kube:
 
 def explained(error: kube.ApiError, what: str) -> UserError:
     """The one line for an API error while `what` (e.g. `listing pods in namespace x`)."""
-    message = _message(error)
+    message = api_message(error)
     if error.status is None:
         return UserError(f"{what}: {error}; check the cluster address in your kubeconfig and that it is up")
     if error.status == 401:
@@ -55,11 +55,13 @@ def explained(error: kube.ApiError, what: str) -> UserError:
     return UserError(f"{what}: {error.status} {error.reason} ({message})")
 
 
-def _message(error: kube.ApiError) -> str:
+def api_message(error: kube.ApiError) -> str:
+    """The message of the Status the API server answered with (its reason when the body holds none)."""
     try:
-        return str(json.loads(error.body or "{}").get("message") or error.reason)
-    except (ValueError, AttributeError):
-        return str(error.reason)
+        status = json.loads(error.body or "")
+    except ValueError:
+        return str(error.reason or error)
+    return str(status.get("message") if isinstance(status, dict) and status.get("message") else error.reason)
 
 
 def list_all(
