@@ -341,9 +341,8 @@ def write_token_kubeconfig(path: pathlib.Path, testbed: Testbed, user: str, toke
 TOKEN_SECONDS = 24 * 3600
 
 
-def service_account_kubeconfig(testbed: Testbed, namespace: str, account: str, path: pathlib.Path) -> pathlib.Path:
-    """Write to `path` a kubeconfig for ServiceAccount `namespace/account`, with a token the API server issues for
-    it (TokenRequest); return `path`."""
+def service_account_token(testbed: Testbed, namespace: str, account: str) -> str:
+    """A token the API server issues (TokenRequest) for ServiceAccount `namespace/account`."""
     answer = testbed.api().request(
         "POST",
         kube.path_of("v1", "serviceaccounts", namespace=namespace, name=account) + "/token",
@@ -353,9 +352,18 @@ def service_account_kubeconfig(testbed: Testbed, namespace: str, account: str, p
             "spec": {"expirationSeconds": TOKEN_SECONDS},
         },
     )
+    return str(answer["status"]["token"])
+
+
+def service_account_kubeconfig(testbed: Testbed, namespace: str, account: str, path: pathlib.Path) -> pathlib.Path:
+    """Write to `path` a kubeconfig for ServiceAccount `namespace/account`, with a token the API server issues for
+    it; return `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_token_kubeconfig(
-        path, testbed, f"system:serviceaccount:{namespace}:{account}", str(answer["status"]["token"])
+        path,
+        testbed,
+        f"system:serviceaccount:{namespace}:{account}",
+        service_account_token(testbed, namespace, account),
     )
     return path
 
