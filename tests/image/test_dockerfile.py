@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from . import dockerfile
+from mnnvl_testbed import dockerfile
 
 ROOT = pathlib.Path(__file__).parents[2]
 VENV = "/opt/mnnvl"

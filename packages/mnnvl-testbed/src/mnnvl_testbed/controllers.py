@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from mnnvl_api import keys
 from mnnvl_api.models import configuration as configuration_file
 from mnnvl_runtime import certs
 
-from . import cluster, processes, release, waiting
+from . import cluster, image, processes, release, waiting
 
 NAMESPACE = release.NAMESPACE
 #: The admission bound the controllers are told on the testbed. Not enforced: its kube-apiserver keeps the 60 s
@@ -51,6 +52,9 @@ def replica_names(testbed: cluster.Testbed, controller: str) -> list[str]:
 def stop(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> None:
     supervisor = processes.Supervisor(testbed.state_dir)
     for name in replica_names(testbed, controller):
+        pid = supervisor.owned_pid(name)
+        if pid is not None and supervisor.program(name) == "buildah":
+            image.end_run(pid)
         supervisor.stop(name)
 
 
@@ -121,16 +125,60 @@ def _replica_process(
     config_file = work / f"{replica.name}.yaml"
     config_file.write_text(yaml.safe_dump(configuration))
     command = installed.container(controller)["command"]
-    # The Deployment's console script, run by this interpreter explicitly: the supervisor recognises its processes
-    # by their first argument, which for a script started through its shebang would be the interpreter instead.
-    script = pathlib.Path(sys.executable).parent / command[0]
-    return [sys.executable, str(script), *command[1:]], {
+    environment = {
         **release.process_environment(installed, controller, pod_name=replica.name),
-        "KUBECONFIG": str(kubeconfig),
         "MNNVL_CONFIG_FILE": str(config_file),
         "MNNVL_METRICS_ADDRESS": f"127.0.0.1:{replica.metrics_port}",
         "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{replica.health_port}",
     }
+    built = os.environ.get(image.CONTROLLER_IMAGE_VARIABLE)
+    if built:
+        return _container_run(
+            testbed, installed, controller, replica, built=built, command=command, environment=environment
+        ), {}
+    # The Deployment's console script, run by this interpreter explicitly: the supervisor recognises its processes
+    # by their first argument, which for a script started through its shebang would be the interpreter instead.
+    script = pathlib.Path(sys.executable).parent / command[0]
+    return [sys.executable, str(script), *command[1:]], {**environment, "KUBECONFIG": str(kubeconfig)}
+
+
+def _container_run(
+    testbed: cluster.Testbed,
+    installed: release.Release,
+    controller: str,
+    replica: Replica,
+    *,
+    built: str,
+    command: list[str],
+    environment: dict[str, str],
+) -> list[str]:
+    """`buildah run` of the replica in a container of its own from image `built`, as its Pod would run: as the
+    Deployment's user, in-cluster credentials (the ServiceAccount's token, the cluster CA and the namespace where a
+    Pod has them, the API server's address in the environment the kubelet sets), its configuration and serving
+    certificate mounted read-only (the chart mounts them from a ConfigMap and a Secret)."""
+    work = testbed.state_dir / "controllers" / controller
+    account = work / f"{replica.name}-serviceaccount"
+    account.mkdir(exist_ok=True)
+    (account / "token").write_text(
+        cluster.service_account_token(testbed, NAMESPACE, installed.service_account(controller))
+    )
+    shutil.copyfile(testbed.ca_cert, account / "ca.crt")
+    (account / "namespace").write_text(NAMESPACE)
+    container = image.fresh_container(built, f"mnnvl-testbed-{replica.name}")
+    return image.run_command(
+        container,
+        command,
+        environment={
+            **environment,
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(testbed.ports["kube-apiserver"]),
+        },
+        mounts=[
+            image.Mount(source=account, target=image.SERVICE_ACCOUNT_DIRECTORY),
+            image.Mount(source=work, target=str(work)),
+        ],
+        user=installed.user(controller),
+    )
 
 
 def run_once(testbed: cluster.Testbed, controller: str, *, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -109,6 +109,11 @@ class Supervisor:
         path = self.pids / f"{name}.pid"
         return int(path.read_text().split(" ", 1)[0]) if path.exists() else None
 
+    def program(self, name: str) -> str | None:
+        """What component `name` was started with (its command's first argument); None if it was not started."""
+        path = self.pids / f"{name}.pid"
+        return path.read_text().splitlines()[0].partition(" ")[2] if path.exists() else None
+
     def owned_pid(self, name: str) -> int | None:
         """The pid, only if that process still runs what we started: pids are reused after a reboot or a kill,
         and signalling a stranger's process group must never happen."""

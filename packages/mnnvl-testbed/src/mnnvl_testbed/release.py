@@ -96,6 +96,12 @@ class Release:
         deployment = self._component("Deployment", BLOCKS[controller])
         return str(deployment["spec"]["template"]["spec"]["serviceAccountName"])
 
+    def user(self, controller: str) -> str:
+        """`uid:gid` the Deployment's container runs as (its own securityContext over the Pod's)."""
+        pod = self._component("Deployment", BLOCKS[controller])["spec"]["template"]["spec"]
+        context = {**pod.get("securityContext", {}), **self.container(controller).get("securityContext", {})}
+        return f"{context['runAsUser']}:{context['runAsGroup']}"
+
     def configuration(self, controller: str) -> dict[str, Any]:
         config_map = self._component("ConfigMap", BLOCKS[controller])
         [text] = config_map["data"].values()

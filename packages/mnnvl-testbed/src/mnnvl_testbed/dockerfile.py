@@ -1,4 +1,5 @@
-"""A reader of Dockerfiles, enough for the checks in test_dockerfile.py: stages, instructions, ARG defaults.
+"""A reader of Dockerfiles, enough for the image checks (tests/image) and for naming the base images the image
+build stands in for (`image.py`): stages, instructions, ARG defaults.
 
 It follows the Dockerfile reference where those checks need it (line continuations, comments, `# syntax`
 directives, JSON and shell forms, `--flag=value` options, `${ARG}` in FROM); it is not a full parser.

@@ -1,0 +1,338 @@
+"""The product's image, built from the repository's unchanged Dockerfile with buildah, and controllers run from it.
+
+No container daemon runs here and no image registry is reachable. buildah needs neither: it builds and runs with
+chroot isolation. The base images the Dockerfile names are stand-ins made on this machine under exactly those
+names: the Python base is a Debian bookworm root filesystem (mmdebstrap) whose python3.11 is linked where the
+official image has its interpreter, uv's image holds the `uv` binary of the wheel the tests install. Images live in
+a buildah store under the testbed's cache, outside the repository (docs/image.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import ssl
+import subprocess
+import tempfile
+import time
+
+from . import building, dockerfile
+
+#: What the built image is tagged.
+TAG = "localhost/mnnvl:dev"
+#: Set to an image id, controllers on the testbed start from that image (`controllers.start`).
+CONTROLLER_IMAGE_VARIABLE = "MNNVL_TESTBED_CONTROLLER_IMAGE"
+#: Where a Pod has its ServiceAccount's token. `/var/run` is a link to `/run` in the image, and buildah resolves a
+#: mount target through such a link on the host, not in the container: the mount names the link's target.
+SERVICE_ACCOUNT_DIRECTORY = "/run/secrets/kubernetes.io/serviceaccount"
+#: Labels a stand-in base with the hash of what it was made from, so a changed recipe makes it again.
+RECIPE_LABEL = "io.mnnvl.testbed.stand-in-recipe"
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+#: The official image's interpreter is /usr/local/bin/python3.11 (the Dockerfile's build stage names it); bookworm's
+#: python3.11 is the same minor version, at /usr/bin.
+PYTHON_STAND_IN_PACKAGES = ("python3.11", "ca-certificates")
+PYTHON_STAND_IN_LINKS = ("python3.11", "python3", "python")
+PYTHON_STAND_IN_ENVIRONMENT = ("PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
+PYTHON_STAND_IN_COMMAND = "python3"
+#: Documentation the image never reads, left out as the slim image leaves it out.
+PYTHON_STAND_IN_EXCLUDED = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
+
+
+class ImageError(RuntimeError):
+    """Building or running the image failed; the message says which step and shows its output's tail."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaseImages:
+    """The images the Dockerfile builds from, by the fully qualified names buildah looks them up by."""
+
+    python: str
+    uv: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Mount:
+    source: pathlib.Path
+    target: str
+    read_only: bool = True
+
+    def option(self) -> str:
+        return f"{self.source}:{self.target}{':ro' if self.read_only else ''}"
+
+
+def qualified(reference: str) -> str:
+    """`reference` as a container engine resolves a Docker Hub short name: `python:3.11` is
+    `docker.io/library/python:3.11`, `user/app` is `docker.io/user/app`; names with a registry stay as they are."""
+    first, _, rest = reference.partition("/")
+    if not rest:
+        return f"docker.io/library/{reference}"
+    if "." in first or ":" in first or first == "localhost":
+        return reference
+    return f"docker.io/{reference}"
+
+
+def base_images(dockerfile_text: str) -> BaseImages:
+    """The two external bases of the Dockerfile: the Python image its build and runtime stages share, and uv's."""
+    stages = dockerfile.parse(dockerfile_text)
+    names = {stage.name for stage in stages}
+    external = [stage.base for stage in stages if stage.base not in names]
+    uv = [base for base in external if base.startswith("ghcr.io/astral-sh/uv:")]
+    python = [base for base in external if base.split("/")[-1].startswith("python:")]
+    if len(set(uv)) != 1 or len(set(python)) != 1 or len(set(external)) != 2:
+        raise ImageError(f"the Dockerfile's bases are {sorted(set(external))}: expected one python image and uv's")
+    return BaseImages(python=qualified(python[0]), uv=qualified(uv[0]))
+
+
+def python_stand_in_recipe() -> str:
+    """The hash of everything the Python stand-in is made from."""
+    recipe = [
+        DEBIAN_SUITE,
+        DEBIAN_MIRROR,
+        PYTHON_STAND_IN_PACKAGES,
+        PYTHON_STAND_IN_LINKS,
+        PYTHON_STAND_IN_ENVIRONMENT,
+        PYTHON_STAND_IN_COMMAND,
+        PYTHON_STAND_IN_EXCLUDED,
+        "no /dev",
+    ]
+    return hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
+
+
+def run_command(
+    container: str,
+    command: list[str],
+    *,
+    environment: dict[str, str],
+    mounts: list[Mount],
+    user: str,
+) -> list[str]:
+    """`buildah run` of `command` in `container` as a Pod's container would run it: on the host's network (the
+    testbed's API server and webhook ports are the host's), as `user`, with no capabilities, only `environment`
+    added to the image's, and `mounts`."""
+    return [
+        "buildah",
+        *storage_options(),
+        "run",
+        "--isolation",
+        "chroot",
+        "--network",
+        "host",
+        "--user",
+        user,
+        "--cap-drop",
+        "ALL",
+        *(option for mount in mounts for option in ("--volume", mount.option())),
+        *(option for name, value in sorted(environment.items()) for option in ("--env", f"{name}={value}")),
+        container,
+        "--",
+        *command,
+    ]
+
+
+# The imperative part: buildah and mmdebstrap.
+
+
+def store() -> pathlib.Path:
+    return building.cache_root() / "image"
+
+
+def storage_options() -> list[str]:
+    # vfs: overlay mounts are not available in every sandbox, and a build here is small enough to copy layers.
+    return ["--root", str(store() / "storage"), "--runroot", str(store() / "run"), "--storage-driver", "vfs"]
+
+
+def buildah(*arguments: str) -> str:
+    result = subprocess.run(["buildah", *storage_options(), *arguments], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+        raise ImageError(f"`buildah {' '.join(arguments)}` failed:\n{tail}")
+    return result.stdout
+
+
+def ensure_tools() -> None:
+    """buildah and mmdebstrap on PATH: installed from Debian's packages when missing and this is root on Debian."""
+    missing = [tool for tool in ("buildah", "mmdebstrap") if shutil.which(tool) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ImageError(
+            f"building the image needs {' and '.join(missing)} on PATH: install them (Debian: "
+            f"`apt-get install buildah mmdebstrap`) and run again"
+        )
+    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "buildah", "mmdebstrap"]):
+        result = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ImageError(f"`{' '.join(command)}` failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+
+
+def label(image: str, name: str) -> str | None:
+    """The value of label `name` of `image`; None when the image is not in the store or lacks the label."""
+    result = subprocess.run(
+        ["buildah", *storage_options(), "inspect", "--type", "image", image],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        return None
+    labels: dict[str, str] = json.loads(result.stdout)["OCIv1"]["config"].get("Labels") or {}
+    return labels.get(name)
+
+
+def ensure_python_stand_in(name: str) -> None:
+    """`name` in the store: a bookworm root filesystem with python3.11 where the official image has it."""
+    recipe = python_stand_in_recipe()
+    if label(name, RECIPE_LABEL) == recipe:
+        return
+    store().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=store()) as scratch:
+        root_filesystem = pathlib.Path(scratch) / "root.tar"
+        links = "; ".join(f'ln -s /usr/bin/python3.11 "$1/usr/local/bin/{link}"' for link in PYTHON_STAND_IN_LINKS)
+        command = [
+            "mmdebstrap",
+            "--variant=minbase",
+            f"--include={','.join(PYTHON_STAND_IN_PACKAGES)}",
+            *(f"--dpkgopt=path-exclude={pattern}" for pattern in PYTHON_STAND_IN_EXCLUDED),
+            f"--customize-hook={links}",
+            "--skip=output/dev",  # an image has no device nodes: the runtime provides /dev
+            "--format=tar",
+            DEBIAN_SUITE,
+            str(root_filesystem),
+            DEBIAN_MIRROR,
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ImageError(f"mmdebstrap failed:\n{result.stderr[-3000:]}")
+        container = buildah("from", "scratch").strip()
+        try:
+            buildah("add", container, str(root_filesystem), "/")
+            configuration = [option for value in PYTHON_STAND_IN_ENVIRONMENT for option in ("--env", value)]
+            buildah(
+                "config",
+                *configuration,
+                "--cmd",
+                PYTHON_STAND_IN_COMMAND,
+                "--label",
+                f"{RECIPE_LABEL}={recipe}",
+                container,
+            )
+            buildah("commit", "--quiet", container, name)
+        finally:
+            buildah("rm", container)
+
+
+def ensure_uv_stand_in(name: str, uv_binary: pathlib.Path) -> None:
+    """`name` in the store: uv's image is its binary at /uv; `uv_binary` must be the version the name carries."""
+    wanted = name.rsplit(":", 1)[1]
+    reported = subprocess.run([str(uv_binary), "--version"], capture_output=True, text=True, check=True).stdout
+    if reported.split()[1:2] != [wanted]:
+        raise ImageError(f"{uv_binary} is {reported.strip()!r}, but the Dockerfile builds with uv {wanted}")
+    digest = hashlib.sha256(uv_binary.read_bytes()).hexdigest()[:16]
+    if label(name, RECIPE_LABEL) == digest:
+        return
+    container = buildah("from", "scratch").strip()
+    try:
+        buildah("copy", "--chmod", "0755", container, str(uv_binary), "/uv")
+        buildah("config", "--label", f"{RECIPE_LABEL}={digest}", container)
+        buildah("commit", "--quiet", container, name)
+    finally:
+        buildah("rm", container)
+
+
+def host_certificates() -> pathlib.Path:
+    """The CA bundle this machine trusts (it may hold a TLS-inspecting proxy's authority that Debian's lacks)."""
+    configured = os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().cafile
+    if configured is None or not pathlib.Path(configured).is_file():
+        raise ImageError("no CA bundle found on this machine (set SSL_CERT_FILE to one)")
+    return pathlib.Path(configured)
+
+
+def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
+    """Build `root`'s Dockerfile as it is, tagged TAG, from the stand-in bases; return the image id.
+
+    The RUN steps see this machine's CA bundle and a uv configuration that trusts it (bind mounts, never part of a
+    layer, and only /opt/mnnvl leaves the build stage): package downloads then pass a TLS-inspecting proxy.
+    """
+    ensure_tools()
+    bases = base_images((root / "Dockerfile").read_text())
+    ensure_python_stand_in(bases.python)
+    ensure_uv_stand_in(bases.uv, uv_binary)
+    uv_configuration = store() / "uv.toml"
+    uv_configuration.write_text("system-certs = true\n")
+    with tempfile.TemporaryDirectory(dir=store()) as scratch:
+        image_id_file = pathlib.Path(scratch) / "image-id"
+        buildah(
+            "bud",
+            "--isolation",
+            "chroot",
+            "--pull=never",
+            "--layers=false",
+            "--volume",
+            Mount(source=host_certificates(), target="/etc/ssl/certs/ca-certificates.crt").option(),
+            "--volume",
+            Mount(source=uv_configuration, target="/etc/uv/uv.toml").option(),
+            "--iidfile",
+            str(image_id_file),
+            "--tag",
+            TAG,
+            "--file",
+            str(root / "Dockerfile"),
+            str(root),
+        )
+        image_id = image_id_file.read_text().strip().removeprefix("sha256:")
+    buildah("rmi", "--prune")  # earlier builds' untagged images
+    return image_id
+
+
+def fresh_container(image: str, name: str) -> str:
+    """A new working container `name` of `image` (an earlier one of that name removed): one per controller replica,
+    as each Pod gets a container of its own."""
+    subprocess.run(["buildah", *storage_options(), "rm", name], capture_output=True, check=False)
+    buildah("from", "--pull=never", "--name", name, image)
+    return name
+
+
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc."""
+    parents = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    return parents
+
+
+def innermost_process(pid: int) -> int | None:
+    """The deepest descendant of `pid` along its first children (for `buildah run`: buildah, its chroot runtime,
+    its exec helper, then the command running in the container)."""
+    parents = _parents()
+    deepest = None
+    current = pid
+    while children := sorted(child for child, parent in parents.items() if parent == current):
+        deepest = current = children[0]
+    return deepest
+
+
+def end_run(pid: int, *, timeout: float = 15.0) -> None:
+    """End the `buildah run` with pid `pid` as a kubelet ends a container: SIGTERM to the command in it, then wait
+    for it to exit. (buildah answers a SIGTERM of its own by killing the command at once.)"""
+    inner = innermost_process(pid)
+    if inner is None:
+        return
+    try:
+        os.kill(inner, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pathlib.Path(f"/proc/{inner}").exists():
+        time.sleep(0.1)

@@ -1,0 +1,219 @@
+"""The image itself: the unchanged Dockerfile built with buildah (chroot isolation) from local stand-ins for its two
+bases (mnnvl_testbed.image), then checked as built: its configuration, its files, and each console script started
+in a container of it as the image's user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import stat
+import subprocess
+import tomllib
+from collections.abc import Iterator
+
+import pytest
+import uv
+from packaging import utils
+
+from mnnvl_api import keys
+from mnnvl_testbed import image
+
+ROOT = pathlib.Path(__file__).parents[2]
+VENV = "/opt/mnnvl"
+NON_ROOT = "65532:65532"
+CLI_SCRIPT = keys.CLI
+PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)", re.MULTILINE)
+NO_CREDENTIALS = (
+    "no Kubernetes credentials: not in a cluster (KUBERNETES_SERVICE_HOST is unset) and no kubeconfig "
+    "(set KUBECONFIG, or run in a Pod with a ServiceAccount token)"
+)
+#: Build tools the runtime stage must not carry: uv, compilers, linkers.
+BUILD_TOOL = re.compile(
+    r"^(uvx?|cc|c\+\+|cpp|as|ld|ld\.(bfd|gold)|(gcc|g\+\+|clang|clang\+\+)(-[\d.]+)?|.*-linux-gnu-(gcc|g\+\+|as|ld).*)$"
+)
+#: Where a command is found: the image's PATH, and the build stage's place for uv.
+COMMAND_DIRECTORIES = ("/opt/mnnvl/bin", "/usr/local/bin", "/usr/local/sbin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: Directories anyone may write to that a Pod's `readOnlyRootFilesystem: true` closes (chroot cannot: docs/image.md).
+STICKY_SCRATCH = {"/tmp", "/var/tmp", "/run/lock", "/dev/shm"}
+
+
+def product_packages() -> list[dict[str, object]]:
+    """The `[project]` table of each package requirements/runtime.in lists."""
+    lines = (ROOT / "requirements" / "runtime.in").read_text().splitlines()
+    paths = [ROOT / line.strip() / "pyproject.toml" for line in lines if line.strip() and not line.startswith("#")]
+    return [tomllib.loads(path.read_text())["project"] for path in paths]
+
+
+def console_scripts() -> list[str]:
+    return sorted(name for project in product_packages() for name in dict(project.get("scripts", {})))  # type: ignore[call-overload]
+
+
+def controller_scripts() -> list[str]:
+    """The controllers' console scripts (the image also ships `kubectl-mnnvl`, the command-line tool)."""
+    return [script for script in console_scripts() if script != CLI_SCRIPT]
+
+
+@pytest.fixture(scope="session")
+def built() -> str:
+    """The image id of the Dockerfile built as it is."""
+    return image.build(ROOT, pathlib.Path(uv.find_uv_bin()))
+
+
+@pytest.fixture(scope="session")
+def configuration(built: str) -> dict[str, object]:
+    inspected = json.loads(image.buildah("inspect", "--type", "image", built))
+    found: dict[str, object] = inspected["OCIv1"]["config"]
+    return found
+
+
+@pytest.fixture(scope="session")
+def container(built: str) -> Iterator[str]:
+    name = image.fresh_container(built, "mnnvl-image-checks")
+    yield name
+    image.buildah("rm", name)
+
+
+@pytest.fixture(scope="session")
+def root_filesystem(container: str) -> pathlib.Path:
+    return pathlib.Path(image.buildah("mount", container).strip())
+
+
+#: What `buildah run` itself puts in a container's root filesystem (as a kubelet mounts them into a Pod's), not the
+#: program's doing.
+RUN_PROVIDED = {"/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/.containerenv"}
+
+
+def tree(root: pathlib.Path) -> dict[str, tuple[int, int] | None]:
+    """Every path under `root` (as the container sees it): a file with its size and modification time, a directory
+    (None). Device nodes and what `buildah run` provides are left out."""
+    found: dict[str, tuple[int, int] | None] = {}
+    for directory, subdirectories, files in os.walk(root):
+        for name in [*subdirectories, *files]:
+            path = pathlib.Path(directory) / name
+            inside = "/" + str(path.relative_to(root))
+            if inside in RUN_PROVIDED or inside.startswith("/dev/"):
+                continue
+            status = path.lstat()
+            found[inside] = None if stat.S_ISDIR(status.st_mode) else (status.st_size, status.st_mtime_ns)
+    return found
+
+
+def run(container: str, command: list[str], **environment: str) -> subprocess.CompletedProcess[str]:
+    """`command` in the container as the image's user, with only the image's environment and `environment`."""
+    arguments = ["run", "--isolation", "chroot", "--cap-drop", "ALL"]
+    arguments += [option for name, value in environment.items() for option in ("--env", f"{name}={value}")]
+    return subprocess.run(
+        ["buildah", *image.storage_options(), *arguments, container, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def program_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The program's standard error without what buildah adds when the command exits non-zero."""
+    lines = result.stderr.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith(("subprocess exited", "Error: exit status")))
+
+
+def test_the_image_is_built_and_its_size_stated(built: str, capsys: pytest.CaptureFixture[str]) -> None:
+    size = image.buildah("images", "--format", "{{.Size}}", built).strip()
+    with capsys.disabled():
+        print(f"\nimage {image.TAG} ({built[:12]}): {size}")
+    assert size
+
+
+def test_it_runs_as_65532_with_no_command_of_its_own(configuration: dict[str, object]) -> None:
+    assert configuration["User"] == NON_ROOT
+    # The stand-in base's `python3` command is cleared by `CMD []`; neither an entrypoint nor a shell form is left.
+    assert not configuration.get("Entrypoint")
+    assert not configuration.get("Cmd")
+    assert "PYTHONDONTWRITEBYTECODE=1" in configuration["Env"]  # type: ignore[operator]
+
+
+def test_the_runtime_stage_has_no_uv_and_no_compiler(root_filesystem: pathlib.Path) -> None:
+    commands = [path for path in tree(root_filesystem) if path.rsplit("/", 1)[0] in COMMAND_DIRECTORIES]
+    assert "/usr/bin/python3.11" in commands  # the walk sees the image's commands
+    assert sorted(path for path in commands if BUILD_TOOL.match(path.rsplit("/", 1)[-1])) == []
+
+
+def test_nothing_in_the_root_filesystem_is_writable_by_the_image_user_but_scratch_directories(
+    root_filesystem: pathlib.Path,
+) -> None:
+    uid, gid = (int(part) for part in NON_ROOT.split(":"))
+    writable = set()
+    for path in tree(root_filesystem):
+        status = (root_filesystem / path.lstrip("/")).lstat()
+        if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
+            continue
+        mode = status.st_mode
+        if (
+            (status.st_uid == uid and mode & stat.S_IWUSR)
+            or (status.st_gid == gid and mode & stat.S_IWGRP)
+            or mode & stat.S_IWOTH
+        ):
+            writable.add(path)
+    assert writable <= STICKY_SCRATCH
+    assert all((root_filesystem / path.lstrip("/")).stat().st_mode & stat.S_ISVTX for path in writable)
+
+
+def test_it_holds_exactly_the_locked_packages_and_ours(container: str) -> None:
+    listing = run(
+        container,
+        [
+            "python",
+            "-c",
+            "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version "
+            "for d in m.distributions()}))",
+        ],
+    )
+    assert listing.returncode == 0, listing.stderr
+    found = {utils.canonicalize_name(name): version for name, version in json.loads(listing.stdout).items()}
+    locked = {
+        utils.canonicalize_name(m["name"]): m["version"]
+        for m in PIN.finditer((ROOT / "requirements" / "runtime.txt").read_text())
+    }
+    ours = {utils.canonicalize_name(str(p["name"])): str(p["version"]) for p in product_packages()}
+    third_party = {name: version for name, version in found.items() if name not in ours}
+    assert {name: found.get(name) for name in ours} == ours
+    assert {name: locked.get(name) for name in third_party} == third_party
+    assert "mnnvl-testbed" not in found
+
+
+def test_it_has_a_console_script_per_controller_and_the_cli(root_filesystem: pathlib.Path) -> None:
+    assert console_scripts() == [CLI_SCRIPT, "mnnvl-ds", "mnnvl-guardian", "mnnvl-lws", "mnnvl-topology"]
+    assert all((root_filesystem / VENV.lstrip("/") / "bin" / script).is_file() for script in console_scripts())
+
+
+def test_the_cli_without_cluster_credentials_says_so_in_one_line(container: str, root_filesystem: pathlib.Path) -> None:
+    before = tree(root_filesystem)
+    result = run(container, [CLI_SCRIPT, "status"])
+    assert (result.returncode, program_error(result)) == (
+        2,
+        f"error: {NO_CREDENTIALS}; pass --kubeconfig or set KUBECONFIG\n",
+    )
+    assert tree(root_filesystem) == before
+
+
+@pytest.mark.parametrize("script", controller_scripts())
+def test_a_controller_without_cluster_credentials_says_so_and_writes_nothing(
+    container: str, root_filesystem: pathlib.Path, script: str
+) -> None:
+    before = tree(root_filesystem)
+    result = run(container, [script])
+    assert (result.returncode, program_error(result)) == (1, f"{script}: cannot start: {NO_CREDENTIALS}\n")
+    assert tree(root_filesystem) == before
+
+
+@pytest.mark.parametrize("script", controller_scripts())
+def test_a_controller_with_a_bad_setting_names_it(container: str, script: str) -> None:
+    result = run(container, [script], MNNVL_LOG_LEVEL="loud")
+    assert (result.returncode, program_error(result)) == (
+        2,
+        f"{script}: invalid environment: MNNVL_LOG_LEVEL: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (any "
+        "case); got 'loud'\n",
+    )
