@@ -1,9 +1,10 @@
 """Builds the control-plane binaries from their Go modules, cached outside the repo by version.
 
-Each tool gets its own wrapper module because the upstream modules pin incompatible k8s.io versions.
-A warm cache makes `ensure_binaries` a handful of `stat` calls. A module the proxy refuses, but whose
-dependencies it serves, is built from its pinned source archive in the third-party directory, unpacked
-under `<cache>/sources/` and used through a directory `replace` in the wrapper module.
+Each tool gets its own wrapper module because the upstream modules pin incompatible k8s.io versions; a tool
+whose go.mod pins versions with `replace` is built in its own module instead. A warm cache makes
+`ensure_binaries` a handful of `stat` calls. Where the third-party directory is named (for proxies that refuse
+some modules while serving their dependencies), a tool with a pinned source archive is built from that archive,
+unpacked under `<cache>/sources/`: in its own module, or through a directory `replace` in the wrapper module.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from . import thirdparty, versions
 
@@ -28,10 +30,6 @@ _STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MU
 
 class BuildError(RuntimeError):
     """A Go build failed; the message carries the command and the tail of its output."""
-
-    def __init__(self, message: str, *, output: str = "") -> None:
-        super().__init__(message)
-        self.output = output  # the command's whole standard output, when a command failed
 
 
 def cache_root() -> pathlib.Path:
@@ -46,46 +44,57 @@ def binary_path(tool: versions.GoTool) -> pathlib.Path:
 
 
 def module_dir(module: str, version: str) -> pathlib.Path:
-    """Download a module into the Go module cache and return its source directory."""
+    """Download a module into the Go module cache and return its source directory; a refused module is a
+    BuildError."""
     try:
-        output = _go("mod", "download", "-json", f"{module}@{version}", cwd=pathlib.Path.cwd())
-    except BuildError as failed:
-        output = failed.output  # `-json` reports a refused module as an `Error` field, exiting non-zero
-    try:
-        info = json.loads(output)
-    except json.JSONDecodeError:
-        raise BuildError(f"go mod download {module}@{version} failed: {output.strip()}") from None
-    if "Error" in info:
-        raise BuildError(f"go mod download {module}@{version}: {info['Error']}")
-    return pathlib.Path(info["Dir"])
+        return thirdparty.downloaded_module(module, version)
+    except thirdparty.ThirdPartyError as refused:
+        raise BuildError(str(refused)) from None
+
+
+def chosen_archive(tool: versions.GoTool, third_party_directory: pathlib.Path | None) -> versions.SourceArchive | None:
+    """The source archive the tool is built from, or None where its module comes from the module proxy: always for
+    an archive-only tool, for any other whenever the third-party directory is named (it overrides the proxy)."""
+    return tool.source_archive if tool.archive_only or third_party_directory is not None else None
 
 
 def source_dir(tool: versions.GoTool) -> pathlib.Path:
-    """The tool module's source tree: from the module cache where the proxy serves it, else its source archive."""
+    """The tool's source: its module's tree in the module cache, or its unpacked source archive (the repository's
+    layout, where the module may be in a subdirectory)."""
     directory, _ = _source(tool)
     return directory
 
 
+def module_tree(tool: versions.GoTool, module: str | None = None) -> pathlib.Path:
+    """Where the files of `module` are: the tool's own module by default, else one of its nested modules, which the
+    archive holds in its directory and the proxy serves on its own."""
+    source, from_archive = _source(tool)
+    if module is None:
+        return source / tool.module_directory if from_archive else source
+    nested = {nested.module: nested for nested in tool.nested_modules}[module]
+    return source / nested.directory if from_archive else module_dir(nested.module, nested.version)
+
+
 def _source(tool: versions.GoTool) -> tuple[pathlib.Path, bool]:
     """(source directory, whether it was unpacked from the tool's source archive)."""
-    if tool.archive_only:
-        assert tool.source_archive is not None, f"{tool.name} is archive-only but names no source archive"
-        reason = f"{tool.module} {tool.version} is built from its source archive only (no module proxy serves it)"
-        return unpacked_archive(tool.source_archive, reason=reason), True
+    archive = chosen_archive(tool, thirdparty.directory())
+    if archive is not None:
+        why = "only (no module proxy serves it)" if tool.archive_only else f"({thirdparty.ENVIRONMENT_VARIABLE} is set)"
+        reason = f"{tool.module} {tool.version} is built from its source archive {why}"
+        return unpacked_archive(archive, reason=reason), True
     try:
-        return module_dir(tool.module, tool.version), False
+        return module_dir(tool.module, tool.served_version), False
     except BuildError as refused:
         if tool.source_archive is None:
             raise
-        reason = f"{tool.module} {tool.version} is not served by the Go module proxy ({' '.join(str(refused).split())})"
-        return unpacked_archive(
-            tool.source_archive, reason=reason, otherwise=f"a GOPROXY that serves {tool.module}@{tool.version}"
-        ), True
+        raise BuildError(
+            thirdparty.not_served(tool.module, tool.served_version, str(refused), tool.source_archive.file)
+        ) from None
 
 
-def unpacked_archive(archive: versions.SourceArchive, *, reason: str, otherwise: str | None = None) -> pathlib.Path:
+def unpacked_archive(archive: versions.SourceArchive, *, reason: str) -> pathlib.Path:
     """The archive's tree under `<cache>/sources/<archive name>`, unpacked once its sha256 is checked; `reason`
-    says, in errors, why the archive is needed, and `otherwise` what could be used instead.
+    says, in errors, why the archive is needed.
 
     The archive is required (and checked) on every use, even when an unpacked tree is cached: the tree is a
     cache of the archive, not a source of its own.
@@ -93,7 +102,7 @@ def unpacked_archive(archive: versions.SourceArchive, *, reason: str, otherwise:
     if thirdparty.directory() is None:
         raise BuildError(
             f"{reason} and {thirdparty.ENVIRONMENT_VARIABLE} is not set: set it to a directory holding "
-            f"{archive.file.path} (sha256 {archive.file.sha256}){f', or use {otherwise}' if otherwise else ''}"
+            f"{archive.file.path} (sha256 {archive.file.sha256})"
         )
     try:
         tarball = thirdparty.verified_path(archive.file)
@@ -165,8 +174,8 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    if tool.archive_only:
-        _build_in_archive(tool, target, work)
+    if tool.own_module or tool.archive_only:  # an archive is built as it unpacks: in its own module
+        _build_in_own_module(tool, target, work)
         return
     (work / "go.mod").write_text(f"module mnnvl.local/testbed/{tool.name}\n\ngo 1.26\n")
     if tool.replace_staging_of:
@@ -193,28 +202,52 @@ def _build(tool: versions.GoTool, target: pathlib.Path) -> None:
     _go_build(tool, target, cwd=work)
 
 
-def _build_in_archive(tool: versions.GoTool, target: pathlib.Path, work: pathlib.Path) -> None:
-    """Build the tool in its unpacked archive, as its own module: from its vendor directory where it has one (then
-    nothing is downloaded), else with its dependencies from the module proxy, those the proxy refuses replaced by
-    their unpacked archives in a copy of the module's go.mod (`-modfile`, in the empty directory `work`), so the
-    unpacked tree stays as unpacked."""
-    source = _source(tool)[0] / tool.module_directory
-    if (source / "vendor" / "modules.txt").is_file():
+def _build_in_own_module(tool: versions.GoTool, target: pathlib.Path, work: pathlib.Path) -> None:
+    """Build the tool as the main module of its own tree. An unpacked archive with a vendor directory builds from it
+    (nothing is downloaded). Otherwise the dependencies come from the module proxy, with a copy of the module's
+    go.mod (`-modfile`, in the empty directory `work`) so that the tree stays as it is (a tree in the module cache
+    is read-only): in an archive, dependencies the proxy refuses are replaced by their unpacked archives; in a tree
+    from the proxy, which has neither nested modules nor vendored packages, nested modules by their own modules."""
+    tree, from_archive = _source(tool)
+    source = tree / tool.module_directory if from_archive else tree
+    if from_archive and (source / "vendor" / "modules.txt").is_file():
         _go_build(tool, target, cwd=source, mod="-mod=vendor")
         return
-    mode = "-mod=mod"
-    if tool.replaced_by_archives:
-        modfile = work / "go.mod"
-        shutil.copyfile(source / "go.mod", modfile)
-        shutil.copyfile(source / "go.sum", work / "go.sum")
+    if from_archive:
         reason = f"{tool.module} {tool.version} depends on modules no module proxy here serves"
-        replaces = [
+        edits = [
             f"-replace={module}={unpacked_archive(archive, reason=reason)}"
             for module, archive in tool.replaced_by_archives
         ]
-        _go("mod", "edit", *replaces, str(modfile), cwd=source)
-        mode = f"-mod=mod -modfile={modfile}"
-    _go_build(tool, target, cwd=source, mod=mode)
+    else:
+        edits = proxy_tree_edits(json.loads(_go("mod", "edit", "-json", cwd=source)), tool.nested_modules)
+    modfile = work / "go.mod"
+    shutil.copyfile(source / "go.mod", modfile)
+    if (source / "go.sum").is_file():
+        shutil.copyfile(source / "go.sum", work / "go.sum")
+    if edits:
+        _go("mod", "edit", *edits, str(modfile), cwd=source)
+    _go_build(tool, target, cwd=source, mod=f"-mod=mod -modfile={modfile}")
+
+
+def proxy_tree_edits(go_mod: dict[str, Any], nested_modules: tuple[versions.NestedModule, ...]) -> list[str]:
+    """`go mod edit` flags that make a module's go.mod (as `go mod edit -json` reads it) build in a tree from the
+    module proxy, which holds no nested module: a directory `replace` of a nested module becomes a replace by that
+    module at its pinned version, and one of a module the build does not require is dropped."""
+    nested = {module.module: module for module in nested_modules}
+    required = {requirement["Path"] for requirement in go_mod.get("Require") or ()}
+    edits = []
+    for replace in go_mod.get("Replace") or ():
+        old, new = replace["Old"]["Path"], replace["New"]["Path"]
+        if not new.startswith(("./", "../")):
+            continue
+        if old in nested:
+            edits.append(f"-replace={old}={old}@{nested[old].version}")
+        elif old in required:
+            raise BuildError(f"go.mod replaces {old} with {new}, a directory a module zip leaves out: pin it as nested")
+        else:
+            edits.append(f"-dropreplace={old}")
+    return edits
 
 
 def _go_build(tool: versions.GoTool, target: pathlib.Path, *, cwd: pathlib.Path, mod: str = "-mod=mod") -> None:
@@ -230,9 +263,9 @@ def _go_build(tool: versions.GoTool, target: pathlib.Path, *, cwd: pathlib.Path,
 
 
 def _go(*args: str, cwd: pathlib.Path, mod: str = "-mod=mod") -> str:
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": mod, "GOTOOLCHAIN": "local"}
+    env = thirdparty.go_environment(CGO_ENABLED="0", GOFLAGS=mod)
     result = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
-        raise BuildError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}", output=result.stdout)
+        raise BuildError(f"`go {' '.join(args)}` failed in {cwd}:\n{tail}")
     return result.stdout

@@ -308,7 +308,8 @@ def _shape(testbed: Testbed) -> str:
 
 
 def _check_third_party(computedomain_crd: str | None, topology_crds: str | None) -> None:
-    """Fail before minutes of building when an input from the third-party directory is missing or altered."""
+    """Fail before minutes of building when an upstream input (from its module or the third-party directory) is
+    refused, missing or altered."""
     building.source_dir(versions.LWS_MANAGER)
     dra_driver.source()
     thirdparty.verified_path(versions.COMPUTE_DOMAIN_CRDS[computedomain_crd or versions.COMPUTE_DOMAIN_CRD].file)

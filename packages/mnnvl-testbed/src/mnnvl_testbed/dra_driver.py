@@ -1,10 +1,10 @@
 """NVIDIA's DRA driver on the testbed: its real ComputeDomain controller, installed from its own chart.
 
-The controller (v25.12.0, built from the driver's source archive) runs as a process with the chart's ServiceAccount,
-RBAC and DeviceClasses applied and the command and environment of the chart's Deployment, in its default
-driverManaged IMEX mode with IMEXDaemonsWithDNSNames on. It reads its object templates from the fixed path
+The controller (v25.12.0, built from the driver's module or source archive) runs as a process with the chart's
+ServiceAccount, RBAC and DeviceClasses applied and the command and environment of the chart's Deployment, in its
+default driverManaged IMEX mode with IMEXDaemonsWithDNSNames on. It reads its object templates from the fixed path
 `/templates`, as in its image: the process runs in a private mount namespace whose root mirrors the host's and
-adds `/templates` from the archive, so nothing is written outside the state directory.
+adds `/templates` from the driver's tree, so nothing is written outside the state directory.
 
 What the controller cannot do on kwok nodes is left to stand-ins: the kubelet plugin's channel ResourceSlices
 (`kubelet_plugin`). Its per-domain DaemonSet gets no pods (no kubelet plugin labels a node), so a domain's
@@ -75,13 +75,13 @@ exec chroot "$root" "$@"
 
 
 def source() -> pathlib.Path:
-    """The driver's unpacked source archive."""
+    """The driver's source tree: its module from the proxy, or its unpacked source archive."""
     return building.source_dir(versions.COMPUTE_DOMAIN_CONTROLLER)
 
 
 @functools.cache
 def rendered_chart() -> tuple[dict[str, Any], ...]:
-    """The chart's objects the testbed uses, rendered by helm from the driver's archive: once per process, since
+    """The chart's objects the testbed uses, rendered by helm from the driver's tree: once per process, since
     nothing it depends on changes (read them, never change them)."""
     helm = building.ensure_binaries((versions.HELM,))["helm"]
     command = [str(helm), "template", RELEASE, str(source() / versions.DRA_DRIVER_CHART), f"--namespace={NAMESPACE}"]
@@ -97,7 +97,7 @@ def rendered_chart() -> tuple[dict[str, Any], ...]:
 
 def install(api: kube.Kube, computedomain_crd: str) -> None:
     """What installing the driver's chart provides, but its Deployment: the ComputeDomain CRD at `computedomain_crd`
-    (a release of `versions.COMPUTE_DOMAIN_CRDS`, upstream's file as is), the archive's ComputeDomainClique CRD,
+    (a release of `versions.COMPUTE_DOMAIN_CRDS`, upstream's file as is), the tree's ComputeDomainClique CRD,
     the driver's namespace, the controller's ServiceAccount and RBAC, and the DeviceClasses."""
     crds.install_computedomain_crd(api, computedomain_crd)
     clique_crd = source() / versions.DRA_DRIVER_CHART / CLIQUE_CRD

@@ -1,7 +1,7 @@
 """The Grove operator on the testbed, started only for the tests that ask for it (`ensure_running`), beside KAI.
 
 Grove v0.1.0-alpha.11 (NVCF's pin) runs as its chart deploys it, without the Deployment: its configuration is the
-chart's ConfigMap, rendered by helm from the archive with topology-aware scheduling on (what the seed's
+chart's ConfigMap, rendered by helm from its module with topology-aware scheduling on (what the seed's
 `topologyAwareScheduling` toggle sets), leader election off and listeners moved to 127.0.0.1 ports of its own. Its
 three admission webhooks (PodCliqueSet defaulting and validation, ClusterTopologyBinding validation) are registered
 from the chart too, called by URL with a certificate the testbed's CA signs ("manual" certificates: the chart's
@@ -24,9 +24,12 @@ from mnnvl_runtime import certs, kube
 from . import building, chart, cluster, crds, processes, testing, versions, waiting
 
 COMPONENT = versions.GROVE_OPERATOR.name
-#: The operator's CRDs inside the archive (it installs none itself).
-CRD_DIRECTORIES = ("operator/api/core/v1alpha1/crds", "scheduler/api/core/v1alpha1/crds")
-CHART = "operator/charts"
+#: The operator's CRDs (it installs none itself): (module, directory inside it).
+CRD_DIRECTORIES = (
+    (versions.GROVE_API_MODULE, "core/v1alpha1/crds"),
+    (versions.GROVE_SCHEDULER_API_MODULE, "core/v1alpha1/crds"),
+)
+CHART = "charts"  # inside the operator's module
 NAMESPACE = "grove-system"
 RELEASE = "grove-operator"
 #: The webhook configurations the chart registers (its authorizer webhook is off by default).
@@ -36,8 +39,9 @@ WEBHOOK_KINDS = {
 }
 
 
-def source() -> pathlib.Path:
-    return building.source_dir(versions.GROVE_OPERATOR)
+def module_tree(module: str | None = None) -> pathlib.Path:
+    """The operator's module, or one of the API modules beside it."""
+    return building.module_tree(versions.GROVE_OPERATOR, module)
 
 
 def rendered_chart(ca_bundle: bytes) -> list[dict[str, Any]]:
@@ -56,7 +60,7 @@ def rendered_chart(ca_bundle: bytes) -> list[dict[str, Any]]:
         },
         "webhooks": {"caBundle": base64.b64encode(ca_bundle).decode()},
     }
-    rendered = chart.render(overrides=overrides, release=RELEASE, namespace=NAMESPACE, chart_dir=source() / CHART)
+    rendered = chart.render(overrides=overrides, release=RELEASE, namespace=NAMESPACE, chart_dir=module_tree() / CHART)
     return [document for document in rendered if document["kind"] in {"ConfigMap", *WEBHOOK_KINDS}]
 
 
@@ -82,13 +86,13 @@ def local_webhooks(rendered: list[dict[str, Any]], *, base_url: str) -> list[dic
 
 
 def install(api: kube.Kube) -> None:
-    """Grove's CRDs from its archive, and the namespace its chart installs into."""
+    """Grove's CRDs from its API modules, and the namespace its chart installs into."""
     crds.install(
         api,
         [
             yaml.safe_load(path.read_text())
-            for directory in CRD_DIRECTORIES
-            for path in sorted((source() / directory).glob("*.yaml"))
+            for module, directory in CRD_DIRECTORIES
+            for path in sorted((module_tree(module) / directory).glob("*.yaml"))
         ],
     )
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "namespaces")

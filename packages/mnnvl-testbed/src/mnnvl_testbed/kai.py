@@ -55,7 +55,7 @@ def queues() -> list[dict[str, Any]]:
 
 
 def install(api: kube.Kube) -> None:
-    """KAI's CRDs from its archive and the default queues."""
+    """KAI's CRDs from its source tree and the default queues."""
     source = building.source_dir(versions.KAI_TOOLS[0]) / versions.KAI_CRDS
     crds.install(api, [yaml.safe_load((source / name).read_text()) for name in CRD_FILES])
     for queue in queues():

@@ -6,11 +6,22 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ModuleFile:
+    """A file of a Go module at a version, as the module proxy serves it."""
+
+    module: str
+    version: str
+    path: str  # inside the module
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ThirdPartyFile:
-    """A file read from the third-party directory (`MNNVL_TESTBED_THIRD_PARTY`), pinned by its sha256."""
+    """An upstream file pinned by its sha256: read from the third-party directory (`MNNVL_TESTBED_THIRD_PARTY`)
+    when that is set, else from the Go module that holds it."""
 
     path: str  # relative to the third-party directory
     sha256: str
+    in_module: ModuleFile | None = None  # None: only the third-party directory has it
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -27,6 +38,16 @@ class SourceArchive:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class NestedModule:
+    """A module inside another's repository that the outer module's go.mod replaces with its directory. A module zip
+    leaves nested modules out, so a tree from the module proxy gets each from the proxy on its own."""
+
+    module: str
+    directory: str  # in the repository (and in the source archive, which unpacks the repository's layout)
+    version: str  # the version the proxy serves with the same files as that directory
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GoTool:
     """A binary built from a Go module inside a throw-away wrapper module."""
 
@@ -37,14 +58,31 @@ class GoTool:
     ldflags: tuple[str, ...] = ()
     main_source: str | None = None  # a wrapper main.go for modules without a usable main package
     replace_staging_of: str | None = None  # k8s.io/kubernetes needs its staging modules pinned
-    source_archive: SourceArchive | None = None  # built through a directory `replace` when the proxy refuses
-    # Built inside the unpacked archive, in its own module (with its vendor directory when it has one), never from
-    # the module proxy: for modules no proxy can serve (a tag whose major version the module path lacks).
+    # Where the third-party directory is named it overrides the proxy: the tool is built from this archive.
+    source_archive: SourceArchive | None = None
+    # The version the proxy serves `version` as, when they differ: a tag whose major version the module path lacks is
+    # served only as a pseudo-version of its commit. `version` names the release (and the binary in the cache).
+    module_version: str = ""
+    # Built as the main module of its own tree, so that its go.mod's `replace` directives hold (with its vendor
+    # directory when an unpacked archive has one), rather than as a dependency of a wrapper module.
+    own_module: bool = False
+    # Never from the module proxy, only from its source archive (built in its own module): for a release no proxy
+    # serves.
     archive_only: bool = False
-    module_directory: str = ""  # where in the archive an archive-only tool's go.mod is, when not at its root
-    # Dependencies of an archive-only tool that the proxy refuses too: each module is replaced by its unpacked archive
-    # (in a copy of the tool's go.mod, the archive's own left as it is).
+    module_directory: str = ""  # where in the archive the tool's go.mod is, when not at its root
+    nested_modules: tuple[NestedModule, ...] = ()
+    # Dependencies that proxies refusing the tool refuse too: where the tool comes from its archive, each module is
+    # replaced by its own unpacked archive (in a copy of the tool's go.mod, the archive's own left as it is).
     replaced_by_archives: tuple[tuple[str, SourceArchive], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.archive_only and self.source_archive is None:
+            raise ValueError(f"{self.name} is archive-only but names no source archive")
+
+    @property
+    def served_version(self) -> str:
+        """The version to ask the module proxy for."""
+        return self.module_version or self.version
 
 
 def _unpacked_at_root(path: str, sha256: str) -> SourceArchive:
@@ -53,9 +91,16 @@ def _unpacked_at_root(path: str, sha256: str) -> SourceArchive:
 
 
 def _commands(
-    prefix: str, module: str, version: str, archive: SourceArchive, commands: tuple[str, ...], *, archive_only: bool
+    prefix: str,
+    module: str,
+    version: str,
+    archive: SourceArchive,
+    commands: tuple[str, ...],
+    *,
+    nested_modules: tuple[NestedModule, ...] = (),
 ) -> tuple[GoTool, ...]:
-    """A tool `<prefix>-<command>` for each `cmd/<command>` of `module`."""
+    """A tool `<prefix>-<command>` for each `cmd/<command>` of `module`; built in its own module where its go.mod
+    replaces nested modules with their directories."""
     return tuple(
         GoTool(
             name=f"{prefix}-{command}",
@@ -63,7 +108,8 @@ def _commands(
             version=version,
             package=f"{module}/cmd/{command}",
             source_archive=archive,
-            archive_only=archive_only,
+            own_module=bool(nested_modules),
+            nested_modules=nested_modules,
         )
         for command in commands
     )
@@ -138,14 +184,17 @@ LWS_MANAGER = GoTool(
 )
 
 # NVIDIA's DRA driver for GPUs: its ComputeDomain controller runs on the testbed, with its chart's RBAC, DeviceClasses
-# and Deployment. Its tags (v25.12.0) carry a major version its module path lacks, so no module proxy serves it: it
-# is built from its source archive, which vendors every dependency.
+# and Deployment. Its tags (v25.12.0) carry a major version its module path lacks, so a module proxy serves the
+# release only as a pseudo-version of the tag's commit 0882da8720c2 (committed 2026-02-12T10:56:49Z). The source
+# archive vendors every dependency; a module zip keeps only vendor/modules.txt, so a tree from the proxy is built
+# with its dependencies from the proxy.
 DRA_DRIVER_VERSION = "v25.12.0"
 DRA_DRIVER_SOURCE_ARCHIVE = _unpacked_at_root(
     f"dra-driver-gpu-{DRA_DRIVER_VERSION}-src.tar.gz",
     "d60334404d7cfb2bc48c4073f68fb81ed1fde1de5a706180b33be60e26fe977c",
 )
 DRA_DRIVER_MODULE = "github.com/NVIDIA/k8s-dra-driver-gpu"
+DRA_DRIVER_MODULE_VERSION = "v0.0.0-20260212105649-0882da8720c2"
 COMPUTE_DOMAIN_CONTROLLER = GoTool(
     name="compute-domain-controller",
     module=DRA_DRIVER_MODULE,
@@ -154,7 +203,8 @@ COMPUTE_DOMAIN_CONTROLLER = GoTool(
     # What the driver's Makefile sets; without it the controller refuses to start (no version to report).
     ldflags=(f"-X {DRA_DRIVER_MODULE}/internal/info.version={DRA_DRIVER_VERSION}",),
     source_archive=DRA_DRIVER_SOURCE_ARCHIVE,
-    archive_only=True,
+    module_version=DRA_DRIVER_MODULE_VERSION,
+    own_module=True,
 )
 # KAI Scheduler at the release NVCF pins: its scheduler, binder, podgrouper and two status controllers run on the
 # testbed for the tests that ask for it (`kai.ensure_running`). Proxies that refuse the module (403) still serve its
@@ -170,14 +220,14 @@ KAI_TOOLS = _commands(
     KAI_VERSION,
     KAI_SOURCE_ARCHIVE,
     ("scheduler", "binder", "podgrouper", "podgroupcontroller", "queuecontroller"),
-    archive_only=False,
 )
 #: Inside KAI's archive: its CRDs.
 KAI_CRDS = "deployments/kai-scheduler/crds"
 
 # Volcano at the release the seed's "LeaderWorkerSet + Volcano" path installs: its scheduler and controller manager
-# run for the tests that ask for it (`volcano.ensure_running`). Its go.mod replaces its API module with a directory of
-# its own (`./staging`), which only a build inside the unpacked archive honours.
+# run for the tests that ask for it (`volcano.ensure_running`), built in its own module for the versions its go.mod
+# pins with `replace`. That go.mod replaces its API module (required at v1.15.1, a tag volcano-sh/apis lacks) with
+# its staging directory; volcano.sh/apis v1.15.0 holds the same files as that directory at v1.15.1.
 VOLCANO_VERSION = "v1.15.1"
 VOLCANO_MODULE = "volcano.sh/volcano"
 VOLCANO_TOOLS = _commands(
@@ -188,12 +238,18 @@ VOLCANO_TOOLS = _commands(
         f"volcano-{VOLCANO_VERSION}-src.tar.gz", "7ed4a2819384fda0dda74a2bb0d27b5382376a14478c1ca838071df4b768efbb"
     ),
     ("scheduler", "controller-manager"),
-    archive_only=True,
+    nested_modules=(
+        NestedModule(module="volcano.sh/apis", directory="staging/src/volcano.sh/apis", version="v1.15.0"),
+    ),
 )
 
-# The Grove operator at the release NVCF pins. Its module requires KAI v0.15.2 and Volcano's API module v1.14.1,
-# which the proxy refuses too: each is replaced by its own source archive.
+# The Grove operator at the release NVCF pins (tag operator/v0.1.0-alpha.11), built in its own module, whose go.mod
+# replaces its two API modules with their directories (each tagged `<directory>/v0.1.0-alpha.11` at the same commit).
+# It requires KAI v0.15.2 and Volcano's API module v1.14.1, which proxies refusing it refuse too: built from its
+# archive, it gets each from that module's own source archive.
 GROVE_VERSION = "v0.1.0-alpha.11"
+GROVE_API_MODULE = "github.com/ai-dynamo/grove/operator/api"
+GROVE_SCHEDULER_API_MODULE = "github.com/ai-dynamo/grove/scheduler/api"
 GROVE_OPERATOR = GoTool(
     name="grove-operator",
     module="github.com/ai-dynamo/grove/operator",
@@ -202,8 +258,12 @@ GROVE_OPERATOR = GoTool(
     source_archive=_unpacked_at_root(
         f"grove-{GROVE_VERSION}-src.tar.gz", "3a9fa431617bba0878333326487267c2f164be043d97c878e5bb958370dbf2bc"
     ),
-    archive_only=True,
+    own_module=True,
     module_directory="operator",
+    nested_modules=(
+        NestedModule(module=GROVE_API_MODULE, directory="operator/api", version=GROVE_VERSION),
+        NestedModule(module=GROVE_SCHEDULER_API_MODULE, directory="scheduler/api", version=GROVE_VERSION),
+    ),
     replaced_by_archives=(
         (
             KAI_MODULE,
@@ -303,7 +363,8 @@ CHART_CRD_MODULES = (
     ),
 )
 
-# Upstream CRDs, installed byte for byte from the third-party directory (never copied into this repository).
+# Upstream CRDs, installed byte for byte from their modules or the third-party directory (never copied into this
+# repository); a file's pin is the same wherever it comes from.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -328,6 +389,13 @@ COMPUTE_DOMAIN_CRDS = {
         file=ThirdPartyFile(
             path="crds/dra-driver-gpu-main-22407113/resource.nvidia.com_computedomains.yaml",
             sha256="653b477ad084f6cfed479ecdcc1149f3c14499bcac2ae1d2acbb82ccf7419f89",
+            # Commit 22407113785e of the driver's main branch, committed 2026-05-15T15:02:33Z, whose go.mod names the
+            # module sigs.k8s.io/dra-driver-nvidia-gpu (the repository's new home, kubernetes-sigs).
+            in_module=ModuleFile(
+                module="sigs.k8s.io/dra-driver-nvidia-gpu",
+                version="v0.0.0-20260515150233-22407113785e",
+                path="deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml",
+            ),
         ),
         num_nodes_required=False,
     ),
@@ -335,6 +403,11 @@ COMPUTE_DOMAIN_CRDS = {
         file=ThirdPartyFile(
             path="crds/dra-driver-gpu-v25.12.0/resource.nvidia.com_computedomains.yaml",
             sha256="9345244a663bd1b05551dee3e3749e0fc8a4aca4ff46e48308f7b5053c90d265",
+            in_module=ModuleFile(
+                module=DRA_DRIVER_MODULE,
+                version=DRA_DRIVER_MODULE_VERSION,
+                path=f"{DRA_DRIVER_CHART}/crds/resource.nvidia.com_computedomains.yaml",
+            ),
         ),
         num_nodes_required=True,
     ),
@@ -345,6 +418,11 @@ LEGACY_COMPUTE_DOMAIN_CRD = "v25.12.0"
 GROVE_BINDING_CRD = ThirdPartyFile(
     path="crds/grove-v0.1.0-alpha.11/grove.io_clustertopologybindings.yaml",
     sha256="917792ec71a94dc3f87e220961852c7fd192f25bb50cbc8226933cb55f30f16a",
+    in_module=ModuleFile(
+        module=GROVE_API_MODULE,
+        version=GROVE_VERSION,
+        path="core/v1alpha1/crds/grove.io_clustertopologybindings.yaml",
+    ),
 )
 #: `--topology-crds` choices. NVCF pins KAI v0.16.7 and Grove v0.1.0-alpha.11.
 TOPOLOGY_CRDS = {
@@ -352,6 +430,9 @@ TOPOLOGY_CRDS = {
         kai_topology=ThirdPartyFile(
             path="crds/kai-scheduler-v0.16.7/kai.scheduler_topologies.yaml",
             sha256="3db3987c3e9fa08e268764219c9b805867ed812e139c1547329ed24ce6870d45",
+            in_module=ModuleFile(
+                module=KAI_MODULE, version="v0.16.7", path=f"{KAI_CRDS}/kai.scheduler_topologies.yaml"
+            ),
         ),
         editable_aliases=False,
         grove_binding=GROVE_BINDING_CRD,
@@ -360,6 +441,9 @@ TOPOLOGY_CRDS = {
         kai_topology=ThirdPartyFile(
             path="crds/kai-scheduler-v0.17.0/kai.scheduler_topologies.yaml",
             sha256="bd985987aab8737d13c363a15762d6e66f3248db80a5088c8372108cce1150eb",
+            in_module=ModuleFile(
+                module=KAI_MODULE, version="v0.17.0", path=f"{KAI_CRDS}/kai.scheduler_topologies.yaml"
+            ),
         ),
         editable_aliases=True,
         grove_binding=GROVE_BINDING_CRD,

@@ -7,7 +7,7 @@ last with the upstream DRA plugin) and the controller manager's queue and PodGro
 controller opens the `default` queue the scheduler creates; a closed queue admits nothing). Leader election off,
 health checks on 127.0.0.1 ports of their own, the admin kubeconfig (Volcano's RBAC comes with its chart). Volcano's
 admission webhooks are not run: they validate and default Volcano Jobs, Queues and PodGroups, which only LWS
-writes here. Every CRD the two watch is installed from the archive: a missing one stalls their caches.
+writes here. Every CRD the two watch is installed from its source tree: a missing one stalls their caches.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PODGROUP_API = "scheduling.volcano.sh/v1beta1"
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 #: What the seed's `--set gangSchedulingManagement.schedulerProvider=volcano` puts in LWS's configuration.
 LWS_GANG_SCHEDULING = {"schedulerProvider": "volcano"}
-#: Inside Volcano's archive: the CRDs the scheduler and the controller manager watch (apiextensions v1).
+#: Inside Volcano's tree: the CRDs the scheduler and the controller manager watch (apiextensions v1).
 CRD_DIRECTORIES = ("config/crd/volcano/bases", "config/crd/jobflow/bases")
 SCHEDULER, CONTROLLER_MANAGER = COMPONENTS = tuple(tool.name for tool in versions.VOLCANO_TOOLS)
 
