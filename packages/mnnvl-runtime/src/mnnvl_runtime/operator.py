@@ -14,7 +14,7 @@ import logging
 import pathlib
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -149,6 +149,9 @@ async def _serve(
             registry=registry,
             settings=operator_settings,
             standalone=True,
+            # kopf otherwise names itself after the user, and the image's user (65532) has no passwd entry. (Its
+            # parameter's type is a NewType of str that kopf does not export.)
+            identity=cast(Any, context.process.pod_name),
             clusterwide=True,
             liveness_endpoint=liveness,
             memo=kopf.Memo(context=context),
