@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 import yaml
 
 from mnnvl_api import keys
@@ -15,6 +16,7 @@ from . import workloads
 SEED_EXAMPLE = pathlib.Path(__file__).parents[1] / "packages/mnnvl-testbed/src/mnnvl_testbed/examples/deepseek-r1.yaml"
 
 
+@pytest.mark.image_run
 def test_lws_creates_a_dedicated_compute_domain_for_each_replica(
     api: kube.Kube, ns: str, computedomain_crd: str
 ) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
+
 from mnnvl_api import events, keys
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, dra_driver, processes, testing
@@ -31,6 +33,7 @@ def domain_path(ns: str, name: str) -> str:
     return kube.path_of(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name=name)
 
 
+@pytest.mark.image_run
 def test_one_compute_domain_per_active_slice_and_revision_shared_across_enrolled_roles(
     api: kube.Kube, ns: str, testbed: cluster.Testbed
 ) -> None:

@@ -149,6 +149,7 @@ def test_a_domain_deleted_while_the_gate_is_disabled_stays_terminating(
     wait_gone(api, ns, domain, "the domain released once the gate is back on")
 
 
+@pytest.mark.image_run
 def test_deny_mode_refuses_to_delete_an_in_use_domain_naming_its_pods(
     api: kube.Kube, ns: str, testbed: cluster.Testbed, guardian_alone: None
 ) -> None:

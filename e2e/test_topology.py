@@ -157,6 +157,7 @@ def without_crd(testbed: cluster.Testbed, crd: str, shipped: versions.ThirdParty
         crds.install(api, thirdparty.documents(shipped))
 
 
+@pytest.mark.image_run
 def test_the_compute_plane_creates_the_kai_topology_and_a_binding_for_it(kai: cluster.Testbed, name: str) -> None:
     """The compute plane automatically creates this KAI resource on installation."""
     api = kai.api()

@@ -167,7 +167,10 @@ def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSe
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if process.kubeconfig is not None:
             return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        # In a Pod: the API server at KUBERNETES_SERVICE_HOST:PORT, as the kubernetes client (and so this process's
+        # own client adapter) finds it. kopf's service-account login would call https://kubernetes.default.svc
+        # instead, which needs cluster DNS (a Pod on the host network with dnsPolicy Default has none).
+        return kopf.login_via_client(**kwargs)
 
 
 def _register_liveness(registry: kopf.OperatorRegistry) -> None:

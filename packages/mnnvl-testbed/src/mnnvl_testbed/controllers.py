@@ -164,6 +164,11 @@ def _container_run(
     )
     shutil.copyfile(testbed.ca_cert, account / "ca.crt")
     (account / "namespace").write_text(NAMESPACE)
+    # As the kubelet does for a Pod's volumes: its fsGroup owns them and may read them (the serving key is 0600).
+    group = installed.volume_group(controller)
+    for path in [work, *work.rglob("*")]:
+        os.chown(path, -1, group)
+        path.chmod(path.stat().st_mode | (0o050 if path.is_dir() else 0o040))
     container = image.fresh_container(built, f"mnnvl-testbed-{replica.name}")
     return image.run_command(
         container,

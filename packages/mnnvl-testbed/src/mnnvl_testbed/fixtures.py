@@ -6,15 +6,17 @@ with mnnvl installed from its image and chart (`kind.py`; needs a container engi
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Iterator
 
 import pytest
 import pytest_kind
+import uv
 
 from mnnvl_runtime import kube
 
-from . import building, cluster, kind, testing
+from . import building, cluster, image, kind, testing
 
 ROOT = pathlib.Path(__file__).parents[4]
 
@@ -26,6 +28,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=kind.TESTBED,
         help="where tests on a cluster run: the local testbed (default), or a kind cluster with mnnvl installed "
         "from its image and chart (needs docker, kind, kubectl and helm; docs/testing.md)",
+    )
+    parser.addoption(
+        "--controllers-from-image",
+        action="store_true",
+        help="on the testbed, start mnnvl's controllers from the image built from this tree's Dockerfile (buildah, "
+        "chroot isolation; docs/image.md) instead of as local processes",
     )
 
 
@@ -46,11 +54,16 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def testbed(backend: str) -> cluster.Testbed:
-    """The local control plane: reused when one is running, started (and left running) otherwise."""
+def testbed(backend: str, request: pytest.FixtureRequest) -> cluster.Testbed:
+    """The local control plane: reused when one is running, started (and left running) otherwise; with
+    `--controllers-from-image`, the image built first."""
     if backend != kind.TESTBED:
         pytest.fail(kind.NEEDS_TESTBED, pytrace=False)
-    return testing.start_or_reuse()
+    started = testing.start_or_reuse()
+    if request.config.getoption("controllers_from_image"):
+        # Read by `controllers.start` whenever a controller is (re)started, for the rest of the session.
+        os.environ[image.CONTROLLER_IMAGE_VARIABLE] = image.build(ROOT, pathlib.Path(uv.find_uv_bin()))
+    return started
 
 
 @pytest.fixture(scope="session")

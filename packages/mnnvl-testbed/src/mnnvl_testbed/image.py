@@ -34,6 +34,7 @@ SERVICE_ACCOUNT_DIRECTORY = "/run/secrets/kubernetes.io/serviceaccount"
 RECIPE_LABEL = "io.mnnvl.testbed.stand-in-recipe"
 
 DEBIAN_SUITE = "bookworm"
+DEBIAN_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 #: The official image's interpreter is /usr/local/bin/python3.11 (the Dockerfile's build stage names it); bookworm's
 #: python3.11 is the same minor version, at /usr/bin.
@@ -249,10 +250,11 @@ def ensure_uv_stand_in(name: str, uv_binary: pathlib.Path) -> None:
 
 def host_certificates() -> pathlib.Path:
     """The CA bundle this machine trusts (it may hold a TLS-inspecting proxy's authority that Debian's lacks)."""
-    configured = os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().cafile
-    if configured is None or not pathlib.Path(configured).is_file():
-        raise ImageError("no CA bundle found on this machine (set SSL_CERT_FILE to one)")
-    return pathlib.Path(configured)
+    candidates = (os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile, DEBIAN_CA_BUNDLE)
+    for candidate in candidates:
+        if candidate and pathlib.Path(candidate).is_file():
+            return pathlib.Path(candidate)
+    raise ImageError(f"no CA bundle found on this machine (looked at {DEBIAN_CA_BUNDLE}; set SSL_CERT_FILE to one)")
 
 
 def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
@@ -276,7 +278,7 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
             "--pull=never",
             "--layers=false",
             "--volume",
-            Mount(source=host_certificates(), target="/etc/ssl/certs/ca-certificates.crt").option(),
+            Mount(source=host_certificates(), target=DEBIAN_CA_BUNDLE).option(),
             "--volume",
             Mount(source=uv_configuration, target="/etc/uv/uv.toml").option(),
             "--iidfile",
@@ -288,7 +290,8 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
             str(root),
         )
         image_id = image_id_file.read_text().strip().removeprefix("sha256:")
-    buildah("rmi", "--prune")  # earlier builds' untagged images
+    # Earlier builds' untagged images; one a replica's container still uses stays until that container is replaced.
+    subprocess.run(["buildah", *storage_options(), "rmi", "--prune"], capture_output=True, check=False)
     return image_id
 
 

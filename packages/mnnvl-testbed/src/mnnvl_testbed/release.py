@@ -102,6 +102,11 @@ class Release:
         context = {**pod.get("securityContext", {}), **self.container(controller).get("securityContext", {})}
         return f"{context['runAsUser']}:{context['runAsGroup']}"
 
+    def volume_group(self, controller: str) -> int:
+        """The group the kubelet gives the Pod's volumes to (its `fsGroup`)."""
+        pod = self._component("Deployment", BLOCKS[controller])["spec"]["template"]["spec"]
+        return int(pod["securityContext"]["fsGroup"])
+
     def configuration(self, controller: str) -> dict[str, Any]:
         config_map = self._component("ConfigMap", BLOCKS[controller])
         [text] = config_map["data"].values()
