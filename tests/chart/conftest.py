@@ -4,7 +4,6 @@ rendering with its values files."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
@@ -14,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from mnnvl_testbed import building, chart, versions
+from mnnvl_testbed import building, chart, thirdparty, versions
 
 CI_VALUES = chart.CHART_DIR / "ci"
 #: Every values file the chart ships for testing, by name (`all-on` for ci/all-on-values.yaml); `defaults` renders
@@ -94,10 +93,11 @@ _CrdLoader.add_constructor("tag:yaml.org,2002:value", _plain_string)
 
 
 def _crd_files() -> Iterator[pathlib.Path]:
-    third_party = os.environ.get("MNNVL_TESTBED_THIRD_PARTY")
-    if not third_party:
-        raise RuntimeError("MNNVL_TESTBED_THIRD_PARTY is not set: the chart's CRD kinds are validated from its crds/")
-    yield from sorted((pathlib.Path(third_party) / "crds").glob("*/*.yaml"))
+    # The upstream CRDs the testbed pins, from their Go modules (or the third-party directory where one is named).
+    pinned = {crd.file for crd in versions.COMPUTE_DOMAIN_CRDS.values()} | {
+        file for crds in versions.TOPOLOGY_CRDS.values() for file in (crds.kai_topology, crds.grove_binding)
+    }
+    yield from (thirdparty.verified_path(file) for file in sorted(pinned, key=lambda file: file.path))
     for crds in versions.CHART_CRD_MODULES:
         yield from sorted((building.module_dir(crds.module, crds.version) / crds.directory).glob("*.yaml"))
 
