@@ -1,0 +1,89 @@
+"""The image build's pure parts: which bases the Dockerfile names, how a container engine qualifies them, and the
+`buildah run` a replica is started with."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from mnnvl_testbed import image
+
+ROOT = pathlib.Path(__file__).parents[3]
+
+
+@pytest.mark.parametrize(
+    ("reference", "qualified"),
+    [
+        ("python:3.11-slim-bookworm", "docker.io/library/python:3.11-slim-bookworm"),
+        ("library/python:3.11", "docker.io/library/python:3.11"),
+        ("someone/app:1", "docker.io/someone/app:1"),
+        ("ghcr.io/astral-sh/uv:0.13.9", "ghcr.io/astral-sh/uv:0.13.9"),
+        ("localhost/mnnvl:dev", "localhost/mnnvl:dev"),
+        ("registry:5000/app:1", "registry:5000/app:1"),
+    ],
+)
+def test_short_names_are_qualified_as_a_container_engine_does(reference: str, qualified: str) -> None:
+    assert image.qualified(reference) == qualified
+
+
+def test_the_repositorys_dockerfile_names_the_python_base_and_uvs_image() -> None:
+    assert image.base_images((ROOT / "Dockerfile").read_text()) == image.BaseImages(
+        python="docker.io/library/python:3.11-slim-bookworm", uv="ghcr.io/astral-sh/uv:0.13.9"
+    )
+
+
+def test_an_argument_overriding_the_python_base_is_followed() -> None:
+    text = (
+        "ARG PYTHON_IMAGE=python:3.11-slim-trixie\nFROM ghcr.io/astral-sh/uv:1 AS uv\n"
+        "FROM ${PYTHON_IMAGE} AS build\nRUN true\nFROM ${PYTHON_IMAGE}\nCOPY --from=build /opt /opt\n"
+    )
+    assert image.base_images(text) == image.BaseImages(
+        python="docker.io/library/python:3.11-slim-trixie", uv="ghcr.io/astral-sh/uv:1"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "FROM python:3.11\nRUN true\n",  # no uv
+        "FROM ghcr.io/astral-sh/uv:1 AS uv\nFROM python:3.11 AS build\nFROM python:3.12\n",  # two pythons
+        "FROM ghcr.io/astral-sh/uv:1 AS uv\nFROM python:3.11 AS build\nFROM debian:12\n",  # a third base
+    ],
+)
+def test_a_dockerfile_on_other_bases_is_refused_naming_them(text: str) -> None:
+    with pytest.raises(image.ImageError, match="the Dockerfile's bases are"):
+        image.base_images(text)
+
+
+def test_the_stand_in_recipe_changes_with_what_it_is_made_of(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = image.python_stand_in_recipe()
+    assert image.python_stand_in_recipe() == before
+    monkeypatch.setattr(image, "PYTHON_STAND_IN_PACKAGES", (*image.PYTHON_STAND_IN_PACKAGES, "gcc"))
+    assert image.python_stand_in_recipe() != before
+
+
+def test_a_replica_runs_as_its_pod_would(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.setenv("MNNVL_TESTBED_CACHE", str(tmp_path))
+    command = image.run_command(
+        "mnnvl-testbed-mnnvl-lws-0",
+        ["mnnvl-lws"],
+        environment={"B": "2", "A": "1"},
+        mounts=[
+            image.Mount(source=tmp_path / "account", target=image.SERVICE_ACCOUNT_DIRECTORY),
+            image.Mount(source=tmp_path / "scratch", target="/scratch", read_only=False),
+        ],
+        user="65532:65532",
+    )
+    store = tmp_path / "image"
+    assert command == [
+        "buildah",
+        *("--root", str(store / "storage"), "--runroot", str(store / "run"), "--storage-driver", "vfs"),
+        *("run", "--isolation", "chroot", "--network", "host", "--user", "65532:65532", "--cap-drop", "ALL"),
+        *("--volume", f"{tmp_path / 'account'}:/run/secrets/kubernetes.io/serviceaccount:ro"),
+        *("--volume", f"{tmp_path / 'scratch'}:/scratch"),
+        *("--env", "A=1", "--env", "B=2"),
+        "mnnvl-testbed-mnnvl-lws-0",
+        "--",
+        "mnnvl-lws",
+    ]
