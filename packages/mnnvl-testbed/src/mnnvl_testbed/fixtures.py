@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 import pytest_kind
-import uv
 
 from mnnvl_runtime import kube
 
@@ -61,6 +60,10 @@ def testbed(backend: str, request: pytest.FixtureRequest) -> cluster.Testbed:
         pytest.fail(kind.NEEDS_TESTBED, pytrace=False)
     started = testing.start_or_reuse()
     if request.config.getoption("controllers_from_image"):
+        # Only the envs that build the image install uv (the version the Dockerfile names); this plugin is loaded
+        # by every test run.
+        import uv  # noqa: PLC0415
+
         # Read by `controllers.start` whenever a controller is (re)started, for the rest of the session.
         os.environ[image.CONTROLLER_IMAGE_VARIABLE] = image.build(ROOT, pathlib.Path(uv.find_uv_bin()))
     return started
