@@ -1,9 +1,16 @@
 """Without `MNNVL_TESTBED_THIRD_PARTY`, the testbed fetches its upstream CRDs and the sources it builds from their Go
 modules at the pinned versions and checks each file against its pin; with it, the directory wins.
 
-No proxy here serves these modules, so the tests serve them from a file proxy (`GOPROXY=file://…`) laid out from the
-third-party directory's files: each module from its source archive as its zip would hold it, and the modules of which
-the directory has a CRD alone as that CRD with a go.mod. Nothing is built, and no test needs a running testbed.
+The tests serve these modules from a file proxy (`GOPROXY=file://…`) of their own, laid out one of two ways:
+
+- where the variable names the third-party directory (this machine's proxy refuses these modules, 403), from its
+  files: each module from its source archive as its zip would hold it, and the modules of which the directory has a
+  CRD alone as that CRD with a go.mod;
+- where it is unset (a proxy that serves them all, such as proxy.golang.org), from the modules themselves, downloaded
+  once through the ambient `GOPROXY` into the ambient module cache and copied from there; the directory the last
+  test names is then made of the downloaded CRDs.
+
+Nothing is built, and no test needs a running testbed.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -67,6 +75,17 @@ def served_from_archives() -> list[Served]:
     return list(served.values())
 
 
+def source_of(pinned: versions.ThirdPartyFile) -> versions.ModuleFile:
+    assert pinned.in_module is not None, f"{pinned.path} is pinned to no module"
+    return pinned.in_module
+
+
+def served_modules() -> list[tuple[str, str]]:
+    """(module, version) of every module the tests serve: the built ones with their nested modules, and the CRDs'."""
+    built = {(served.module, served.version) for served in served_from_archives()}
+    return sorted(built | {(source_of(pinned).module, source_of(pinned).version) for pinned in CRDS})
+
+
 def tree_of(archive: pathlib.Path, directory: str) -> dict[str, bytes]:
     """The regular files under `directory` of a `.tar.gz`, by path relative to it."""
     prefix = f"{directory}/" if directory else ""
@@ -79,33 +98,68 @@ def tree_of(archive: pathlib.Path, directory: str) -> dict[str, bytes]:
         }
 
 
-@pytest.fixture(scope="module")
-def third_party() -> pathlib.Path:
-    configured = os.environ.get(thirdparty.ENVIRONMENT_VARIABLE)
-    if not configured:
-        raise RuntimeError(
-            f"{thirdparty.ENVIRONMENT_VARIABLE} is not set: these tests lay out a module proxy from its files"
-        )
-    return pathlib.Path(configured)
-
-
-@pytest.fixture(scope="module")
-def laid_out(third_party: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A file proxy serving every module the testbed fetches, laid out once."""
-    proxy = tmp_path_factory.mktemp("proxy")
+def lay_out_from_archives(third_party: pathlib.Path, proxy: pathlib.Path) -> None:
+    """Serve from `proxy` every module the tests fetch, from the third-party directory's files."""
     from_archives = served_from_archives()
     for served in from_archives:
         tree = tree_of(third_party / served.archive.file.path, served.directory)
         file_proxy.publish(proxy, served.module, served.version, file_proxy.module_files(tree))
     alone: dict[tuple[str, str], dict[str, bytes]] = {}
     for pinned in CRDS:
-        assert pinned.in_module is not None, f"{pinned.path} is pinned to no module"
-        source = pinned.in_module
+        source = source_of(pinned)
         if not any((served.module, served.version) == (source.module, source.version) for served in from_archives):
             files = alone.setdefault((source.module, source.version), {"go.mod": f"module {source.module}\n".encode()})
             files[source.path] = (third_party / pinned.path).read_bytes()
     for (module, version), files in alone.items():
         file_proxy.publish(proxy, module, version, files)
+
+
+@pytest.fixture(scope="module")
+def downloaded() -> pathlib.Path | None:
+    """Where the variable is unset: the ambient module cache, into which every module the tests serve is downloaded
+    through the ambient `GOPROXY` (run first, higher-scoped than `go_from`, so before it swaps the go environment).
+    Where it is set: None, the modules being laid out from the directory's files instead."""
+    if os.environ.get(thirdparty.ENVIRONMENT_VARIABLE):
+        return None
+    for module, version in served_modules():
+        try:
+            thirdparty.downloaded_module(module, version)
+        except thirdparty.ThirdPartyError as refused:
+            raise RuntimeError(
+                f"{thirdparty.ENVIRONMENT_VARIABLE} is not set, so these tests serve the modules downloaded through "
+                f"GOPROXY, which does not serve them all: set the variable to the third-party directory ({refused})"
+            ) from None
+    module_cache = subprocess.run(
+        ["go", "env", "GOMODCACHE"], env=thirdparty.go_environment(), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return pathlib.Path(module_cache)
+
+
+@pytest.fixture(scope="module")
+def third_party(downloaded: pathlib.Path | None, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The third-party directory: the one the variable names, or else one made of the downloaded CRDs, each at the
+    path the directory holds it at (it cannot hold the source archives: see the last test)."""
+    if downloaded is None:
+        return pathlib.Path(os.environ[thirdparty.ENVIRONMENT_VARIABLE])
+    made = tmp_path_factory.mktemp("third_party")
+    for pinned in CRDS:
+        source = source_of(pinned)
+        (made / pinned.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(in_cache(downloaded, source.module, source.version) / source.path, made / pinned.path)
+    return made
+
+
+@pytest.fixture(scope="module")
+def laid_out(
+    downloaded: pathlib.Path | None, third_party: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> pathlib.Path:
+    """A file proxy serving every module the testbed fetches, laid out once."""
+    proxy = tmp_path_factory.mktemp("proxy")
+    if downloaded is None:
+        lay_out_from_archives(third_party, proxy)
+    else:
+        for module, version in served_modules():
+            file_proxy.republish(proxy, downloaded, module, version)
     return proxy
 
 
@@ -114,7 +168,7 @@ def go_from(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     """The go command with an empty module cache and a file proxy (an empty one until `serve` names another), and
     no third-party directory; yields the module cache, cleaned with the go command (its files are read-only)."""
     module_cache = tmp_path / "gomodcache"
-    monkeypatch.delenv(thirdparty.ENVIRONMENT_VARIABLE)
+    monkeypatch.delenv(thirdparty.ENVIRONMENT_VARIABLE, raising=False)
     monkeypatch.setenv("MNNVL_TESTBED_CACHE", str(tmp_path / "cache"))
     for name, value in file_proxy.environment(tmp_path / "proxy", module_cache).items():
         monkeypatch.setenv(name, value)
@@ -127,7 +181,7 @@ def serve(proxy: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def in_cache(module_cache: pathlib.Path, module: str, version: str) -> pathlib.Path:
-    return module_cache / f"{file_proxy.escaped(module)}@{version}"
+    return module_cache / f"{file_proxy.escaped(module)}@{file_proxy.escaped(version)}"
 
 
 def test_each_crd_the_testbed_installs_is_fetched_through_the_proxy_and_passes_its_pin(
@@ -135,8 +189,7 @@ def test_each_crd_the_testbed_installs_is_fetched_through_the_proxy_and_passes_i
 ) -> None:
     serve(laid_out, monkeypatch)
     for pinned in CRDS:
-        assert pinned.in_module is not None
-        source = pinned.in_module
+        source = source_of(pinned)
         assert thirdparty.verified_path(pinned) == in_cache(go_from, source.module, source.version) / source.path
         [crd] = thirdparty.documents(pinned)
         assert crd["kind"] == "CustomResourceDefinition"
@@ -165,8 +218,7 @@ def test_a_file_that_differs_from_its_pin_is_refused_naming_it_both_sha256s_and_
     third_party: pathlib.Path, go_from: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pinned = versions.TOPOLOGY_CRDS["kai-v0.17.0"].kai_topology
-    assert pinned.in_module is not None
-    source = pinned.in_module
+    source = source_of(pinned)
     altered = bytearray((third_party / pinned.path).read_bytes())
     altered[-2] ^= 1  # one byte of the last line
     proxy = tmp_path / "altered"
@@ -191,7 +243,6 @@ def test_a_module_the_proxy_lacks_is_one_message_naming_it_its_version_and_the_v
 ) -> None:
     serve(tmp_path / "empty", monkeypatch)
     pinned = versions.GROVE_BINDING_CRD
-    assert pinned.in_module is not None
     with pytest.raises(thirdparty.ThirdPartyError) as refused:
         thirdparty.verified_path(pinned)
     message = str(refused.value)
@@ -213,11 +264,29 @@ def test_a_module_the_proxy_lacks_is_one_message_naming_it_its_version_and_the_v
 
 
 def test_with_the_variable_set_the_directory_wins_and_nothing_is_downloaded(
-    third_party: pathlib.Path, laid_out: pathlib.Path, go_from: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    downloaded: pathlib.Path | None,
+    third_party: pathlib.Path,
+    laid_out: pathlib.Path,
+    go_from: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     serve(laid_out, monkeypatch)
     monkeypatch.setenv(thirdparty.ENVIRONMENT_VARIABLE, str(third_party))
     for pinned in CRDS:
         assert thirdparty.verified_path(pinned) == third_party / pinned.path
-    assert building.source_dir(versions.LWS_MANAGER) == building.cache_root() / "sources" / "lws-v0.10.0-src"
+    tool = versions.LWS_MANAGER
+    if downloaded is None:
+        assert building.source_dir(tool) == building.cache_root() / "sources" / "lws-v0.10.0-src"
+    else:
+        # A made directory cannot hold the source archive (pinned as upstream's tarball, which no module zip
+        # rebuilds byte for byte): that the tool is looked for there, although the proxy serves its module, is
+        # the directory winning.
+        archive = versions.LWS_SOURCE_ARCHIVE.file
+        with pytest.raises(building.BuildError) as refused:
+            building.source_dir(tool)
+        assert str(refused.value) == (
+            f"{tool.module} {tool.version} is built from its source archive ({thirdparty.ENVIRONMENT_VARIABLE} is "
+            f"set) and its source archive is not usable: {third_party / archive.path} does not exist: "
+            f"{thirdparty.ENVIRONMENT_VARIABLE}={third_party} must hold {archive.path} (sha256 {archive.sha256})"
+        )
     assert not go_from.exists()

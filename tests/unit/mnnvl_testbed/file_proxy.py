@@ -1,5 +1,6 @@
 """A Go module proxy in a directory, as the go command reads one with `GOPROXY=file://<directory>`: for tests of the
-download path with modules laid out by the test (no proxy here serves the testbed's upstream modules).
+download path with modules laid out by the test (no proxy here serves the testbed's upstream modules), or copied
+from a module cache the real proxy filled.
 
 Zips laid out here are in no checksum database, so the go commands of these tests run with `GOSUMDB=off`
 (`environment`).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import shutil
 import zipfile
 from collections.abc import Mapping
 
@@ -36,18 +38,40 @@ def module_files(tree: Mapping[str, bytes]) -> dict[str, bytes]:
 def publish(proxy: pathlib.Path, module: str, version: str, files: Mapping[str, bytes]) -> None:
     """Serve `files` (path inside the module → content, `go.mod` among them) as `module@version`; a pseudo-version
     is dated as its commit."""
+    _list(proxy, module, version)
+    stamp = _PSEUDO_VERSION_TIME.search(version)
+    digits = stamp.group(1) if stamp else "20260101000000"
+    time = f"{digits[:4]}-{digits[4:6]}-{digits[6:8]}T{digits[8:10]}:{digits[10:12]}:{digits[12:]}Z"
+    _version_file(proxy, module, version, ".info").write_text(json.dumps({"Version": version, "Time": time}))
+    _version_file(proxy, module, version, ".mod").write_bytes(files["go.mod"])
+    with zipfile.ZipFile(_version_file(proxy, module, version, ".zip"), "w") as archive:
+        for path, content in sorted(files.items()):
+            archive.writestr(f"{module}@{version}/{path}", content)
+
+
+def republish(proxy: pathlib.Path, module_cache: pathlib.Path, module: str, version: str) -> None:
+    """Serve `module@version` as the go command downloaded it into `module_cache`: its download cache
+    (`cache/download`) is laid out as a file proxy already, so the version's .info, .mod and .zip are copied as
+    they are (copied, not served in place, so that what a test serves or alters never reaches that cache)."""
+    _list(proxy, module, version)
+    for suffix in (".info", ".mod", ".zip"):
+        shutil.copyfile(
+            _version_file(module_cache / "cache" / "download", module, version, suffix),
+            _version_file(proxy, module, version, suffix),
+        )
+
+
+def _version_file(root: pathlib.Path, module: str, version: str, suffix: str) -> pathlib.Path:
+    """The file of `module@version` ending in `suffix` (.info, .mod, .zip) in a proxy's layout at `root`."""
+    return root / escaped(module) / "@v" / f"{escaped(version)}{suffix}"
+
+
+def _list(proxy: pathlib.Path, module: str, version: str) -> None:
+    """Add `version` to the versions `proxy` lists for `module`, creating the module's directory."""
     directory = proxy / escaped(module) / "@v"
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "list").open("a") as listing:
         listing.write(version + "\n")
-    stamp = _PSEUDO_VERSION_TIME.search(version)
-    digits = stamp.group(1) if stamp else "20260101000000"
-    time = f"{digits[:4]}-{digits[4:6]}-{digits[6:8]}T{digits[8:10]}:{digits[10:12]}:{digits[12:]}Z"
-    (directory / f"{version}.info").write_text(json.dumps({"Version": version, "Time": time}))
-    (directory / f"{version}.mod").write_bytes(files["go.mod"])
-    with zipfile.ZipFile(directory / f"{version}.zip", "w") as archive:
-        for path, content in sorted(files.items()):
-            archive.writestr(f"{module}@{version}/{path}", content)
 
 
 def environment(proxy: pathlib.Path, module_cache: pathlib.Path) -> dict[str, str]:

@@ -5,6 +5,7 @@ nor vendored packages, is built in its own module."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import subprocess
 from collections.abc import Iterator
@@ -127,3 +128,19 @@ def test_a_tool_from_the_proxy_builds_in_its_own_module_with_its_nested_module_f
     built = building.ensure_binaries((tool,))["tool"]
     assert subprocess.run([built], capture_output=True, text=True, check=True).stdout == "api\n"
     assert building.module_tree(tool, API.module).name == "api@v1.0.0"
+
+
+def test_a_module_the_go_command_downloaded_is_served_again_from_its_files_in_the_module_cache(
+    proxy: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the integration tests serve the upstream modules where the third-party directory is not named; the
+    upper-case letter exercises the escaped spelling on both sides."""
+    module, version = "example.com/KAI", "v1.0.0"
+    file_proxy.publish(proxy, module, version, {"go.mod": f"module {module}\n".encode(), "kai.go": b"package kai\n"})
+    thirdparty.downloaded_module(module, version)
+    copy = tmp_path / "copy"
+    file_proxy.republish(copy, pathlib.Path(os.environ["GOMODCACHE"]), module, version)
+    # Emptied, the module cache can only be filled again from the copy.
+    subprocess.run(["go", "clean", "-modcache"], env=thirdparty.go_environment(), check=True)
+    monkeypatch.setenv("GOPROXY", copy.as_uri())
+    assert (thirdparty.downloaded_module(module, version) / "kai.go").read_bytes() == b"package kai\n"
