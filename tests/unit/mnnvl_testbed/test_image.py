@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_a_replica_runs_as_its_pod_would(monkeypatch: pytest.MonkeyPatch, tmp_pa
         environment={"B": "2", "A": "1"},
         mounts=[
             image.Mount(source=tmp_path / "account", target=image.SERVICE_ACCOUNT_DIRECTORY),
-            image.Mount(source=tmp_path / "scratch", target="/scratch", read_only=False),
+            image.Mount(source=tmp_path / "config.yaml", target="/etc/mnnvl/config.yaml"),
         ],
         user="65532:65532",
     )
@@ -81,9 +82,64 @@ def test_a_replica_runs_as_its_pod_would(monkeypatch: pytest.MonkeyPatch, tmp_pa
         *("--root", str(store / "storage"), "--runroot", str(store / "run"), "--storage-driver", "vfs"),
         *("run", "--isolation", "chroot", "--network", "host", "--user", "65532:65532", "--cap-drop", "ALL"),
         *("--volume", f"{tmp_path / 'account'}:/run/secrets/kubernetes.io/serviceaccount:ro"),
-        *("--volume", f"{tmp_path / 'scratch'}:/scratch"),
+        *("--volume", f"{tmp_path / 'config.yaml'}:/etc/mnnvl/config.yaml:ro"),
         *("--env", "A=1", "--env", "B=2"),
         "mnnvl-testbed-mnnvl-lws-0",
         "--",
         "mnnvl-lws",
     ]
+
+
+def test_the_python_stand_in_is_made_for_its_one_base_only() -> None:
+    with pytest.raises(
+        image.ImageError,
+        match=re.escape("the local stand-in is made for docker.io/library/python:3.11-slim-bookworm only"),
+    ):
+        image.ensure_python_stand_in("docker.io/library/python:3.12-slim-trixie")
+
+
+def context(root: pathlib.Path) -> pathlib.Path:
+    for path, text in {
+        "Dockerfile": "FROM x\n",
+        ".dockerignore": "*\n",
+        "requirements/runtime.txt": "a==1\n",
+        "packages/mnnvl-lws/src/mnnvl_lws/__init__.py": "",
+        "packages/mnnvl-testbed/src/mnnvl_testbed/__init__.py": "",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("changed", "rebuilds"),
+    [
+        ("packages/mnnvl-lws/src/mnnvl_lws/__init__.py", True),
+        ("packages/mnnvl-lws/src/mnnvl_lws/new.py", True),
+        ("requirements/runtime.txt", True),
+        ("Dockerfile", True),
+        ("packages/mnnvl-testbed/src/mnnvl_testbed/__init__.py", False),  # not in the build context
+        ("packages/mnnvl-lws/src/mnnvl_lws/__pycache__/x.pyc", False),
+        ("packages/mnnvl-lws/src/mnnvl_lws.egg-info/PKG-INFO", False),
+    ],
+)
+def test_the_build_is_reused_only_while_its_context_is_unchanged(
+    tmp_path: pathlib.Path, changed: str, rebuilds: bool
+) -> None:
+    root = context(tmp_path)
+    before = image.context_digest(root, ["recipe"])
+    (root / changed).parent.mkdir(parents=True, exist_ok=True)
+    (root / changed).write_text("changed\n")
+    assert (image.context_digest(root, ["recipe"]) != before) is rebuilds
+
+
+def test_a_changed_base_rebuilds(tmp_path: pathlib.Path) -> None:
+    root = context(tmp_path)
+    assert image.context_digest(root, ["one"]) != image.context_digest(root, ["other"])
+
+
+def test_testbeds_sharing_the_store_name_their_replicas_apart(tmp_path: pathlib.Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert image.replica_container(first, "mnnvl-lws-0") != image.replica_container(second, "mnnvl-lws-0")
+    assert image.replica_container(first, "mnnvl-lws-0").startswith(image.container_prefix(first))
+    assert not image.replica_container(second, "mnnvl-lws-0").startswith(image.container_prefix(first))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pathlib
 import sys
 from collections.abc import Callable
@@ -163,6 +164,10 @@ async def _serve(
 
 
 def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSettings) -> None:
+    if process.kubeconfig is not None:
+        # kopf reads a kubeconfig from $KUBECONFIG only; given as MNNVL_KUBECONFIG, it must reach kopf too.
+        os.environ["KUBECONFIG"] = str(process.kubeconfig)
+
     @kopf.on.login(registry=registry, id="login")
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if process.kubeconfig is not None:

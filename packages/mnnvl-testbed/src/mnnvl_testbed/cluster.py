@@ -29,7 +29,7 @@ import yaml
 from mnnvl_api import keys
 from mnnvl_runtime import certs, kube
 
-from . import building, crds, dra_driver, kubelet_plugin, manifests, processes, thirdparty, versions, waiting
+from . import building, crds, dra_driver, image, kubelet_plugin, manifests, processes, thirdparty, versions, waiting
 
 DEFAULT_NODES = 8
 FIELD_MANAGER = "mnnvl-testbed"
@@ -186,6 +186,7 @@ def down(state_dir: pathlib.Path) -> None:
     # Controllers first (they are not in COMPONENTS), then the control plane in reverse start order.
     for name in [*(n for n in supervisor.names() if n not in COMPONENTS), *reversed(COMPONENTS)]:
         supervisor.stop(name)
+    image.remove_testbed_containers(state_dir)
     (state_dir / "state.json").unlink(missing_ok=True)
 
 

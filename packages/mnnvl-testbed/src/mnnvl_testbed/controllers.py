@@ -52,10 +52,13 @@ def replica_names(testbed: cluster.Testbed, controller: str) -> list[str]:
 def stop(testbed: cluster.Testbed, controller: str = keys.LWS_CONTROLLER) -> None:
     supervisor = processes.Supervisor(testbed.state_dir)
     for name in replica_names(testbed, controller):
+        from_image = supervisor.program(name) == "buildah"
         pid = supervisor.owned_pid(name)
-        if pid is not None and supervisor.program(name) == "buildah":
+        if pid is not None and from_image:
             image.end_run(pid)
         supervisor.stop(name)
+        if from_image:
+            image.remove_container(image.replica_container(testbed.state_dir, name))
 
 
 def start_lws(
@@ -158,18 +161,21 @@ def _container_run(
     certificate mounted read-only (the chart mounts them from a ConfigMap and a Secret)."""
     work = testbed.state_dir / "controllers" / controller
     account = work / f"{replica.name}-serviceaccount"
-    account.mkdir(exist_ok=True)
-    (account / "token").write_text(
-        cluster.service_account_token(testbed, NAMESPACE, installed.service_account(controller))
-    )
+    account.mkdir(mode=0o750, exist_ok=True)
+    token = cluster.service_account_token(testbed, NAMESPACE, installed.service_account(controller))
+    (account / "token").touch(mode=0o640)
+    (account / "token").write_text(token)
     shutil.copyfile(testbed.ca_cert, account / "ca.crt")
     (account / "namespace").write_text(NAMESPACE)
+    config_file = pathlib.Path(environment["MNNVL_CONFIG_FILE"])
+    certificates = work / "certs"
     # As the kubelet does for a Pod's volumes: its fsGroup owns them and may read them (the serving key is 0600).
+    # Only what is mounted, and nothing made readable by others.
     group = installed.volume_group(controller)
-    for path in [work, *work.rglob("*")]:
+    for path in (account, *account.iterdir(), config_file, certificates, *certificates.iterdir()):
         os.chown(path, -1, group)
         path.chmod(path.stat().st_mode | (0o050 if path.is_dir() else 0o040))
-    container = image.fresh_container(built, f"mnnvl-testbed-{replica.name}")
+    container = image.fresh_container(built, image.replica_container(testbed.state_dir, replica.name))
     return image.run_command(
         container,
         command,
@@ -180,7 +186,8 @@ def _container_run(
         },
         mounts=[
             image.Mount(source=account, target=image.SERVICE_ACCOUNT_DIRECTORY),
-            image.Mount(source=work, target=str(work)),
+            image.Mount(source=config_file, target=str(config_file)),
+            image.Mount(source=certificates, target=str(certificates)),
         ],
         user=installed.user(controller),
     )

@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 
 from . import building, dockerfile
 
@@ -32,6 +33,12 @@ CONTROLLER_IMAGE_VARIABLE = "MNNVL_TESTBED_CONTROLLER_IMAGE"
 SERVICE_ACCOUNT_DIRECTORY = "/run/secrets/kubernetes.io/serviceaccount"
 #: Labels a stand-in base with the hash of what it was made from, so a changed recipe makes it again.
 RECIPE_LABEL = "io.mnnvl.testbed.stand-in-recipe"
+#: Labels the built image with the hash of its build context and bases, so an unchanged tree is not built again.
+CONTEXT_LABEL = "io.mnnvl.testbed.build-context"
+#: The one Python base the stand-in is made for: bookworm's python3.11 stands in for nothing else.
+PYTHON_BASE = "docker.io/library/python:3.11-slim-bookworm"
+#: What `.dockerignore` keeps out of the context below `requirements/` and `packages/`.
+CONTEXT_EXCLUDED_PACKAGE = "mnnvl-testbed"
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -60,12 +67,13 @@ class BaseImages:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Mount:
+    """A host path mounted read-only, as a Pod's ConfigMap, Secret and token volumes are."""
+
     source: pathlib.Path
     target: str
-    read_only: bool = True
 
     def option(self) -> str:
-        return f"{self.source}:{self.target}{':ro' if self.read_only else ''}"
+        return f"{self.source}:{self.target}:ro"
 
 
 def qualified(reference: str) -> str:
@@ -190,6 +198,11 @@ def label(image: str, name: str) -> str | None:
 
 def ensure_python_stand_in(name: str) -> None:
     """`name` in the store: a bookworm root filesystem with python3.11 where the official image has it."""
+    if name != PYTHON_BASE:
+        raise ImageError(
+            f"the Dockerfile builds on {name}, but the local stand-in is made for {PYTHON_BASE} only "
+            "(Debian bookworm's python3.11): change PYTHON_STAND_IN_* and DEBIAN_SUITE in mnnvl_testbed/image.py too"
+        )
     recipe = python_stand_in_recipe()
     if label(name, RECIPE_LABEL) == recipe:
         return
@@ -267,6 +280,9 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
     bases = base_images((root / "Dockerfile").read_text())
     ensure_python_stand_in(bases.python)
     ensure_uv_stand_in(bases.uv, uv_binary)
+    digest = context_digest(root, [label(base, RECIPE_LABEL) or "" for base in (bases.python, bases.uv)])
+    if label(TAG, CONTEXT_LABEL) == digest:
+        return buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", TAG).strip()
     uv_configuration = store() / "uv.toml"
     uv_configuration.write_text("system-certs = true\n")
     with tempfile.TemporaryDirectory(dir=store()) as scratch:
@@ -281,6 +297,8 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
             Mount(source=host_certificates(), target=DEBIAN_CA_BUNDLE).option(),
             "--volume",
             Mount(source=uv_configuration, target="/etc/uv/uv.toml").option(),
+            "--label",
+            f"{CONTEXT_LABEL}={digest}",
             "--iidfile",
             str(image_id_file),
             "--tag",
@@ -290,15 +308,67 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
             str(root),
         )
         image_id = image_id_file.read_text().strip().removeprefix("sha256:")
+    # buildah leaves a working container for a stage that only names an image (`FROM … AS uv`).
+    remove_containers(lambda _, image_name: image_name == bases.uv)
     # Earlier builds' untagged images; one a replica's container still uses stays until that container is replaced.
     subprocess.run(["buildah", *storage_options(), "rmi", "--prune"], capture_output=True, check=False)
     return image_id
 
 
+def context_digest(root: pathlib.Path, bases: list[str]) -> str:
+    """A hash of what a build of `root` reads: the Dockerfile, `.dockerignore`, every file of the context
+    (`requirements/`, `packages/` but the testbed's; caches and build leftovers aside: more is only a needless
+    rebuild) and `bases`, the stand-ins' recipes."""
+    digest = hashlib.sha256(json.dumps(bases).encode())
+    files = [root / "Dockerfile", root / ".dockerignore"]
+    for top in ("requirements", "packages"):
+        for directory, subdirectories, names in os.walk(root / top):
+            subdirectories[:] = sorted(
+                name
+                for name in subdirectories
+                if not (name == "__pycache__" or name.endswith(".egg-info") or name.startswith("."))
+                and not (directory == str(root / "packages") and name == CONTEXT_EXCLUDED_PACKAGE)
+            )
+            files.extend(pathlib.Path(directory) / name for name in sorted(names))
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def remove_containers(chosen: Callable[[str, str], bool]) -> None:
+    """Remove every working container of the store for which `chosen(name, image name)` holds."""
+    listing = buildah("containers", "--format", "{{.ContainerName}} {{.ImageName}}")
+    for line in listing.splitlines():
+        name, _, image_name = line.strip().partition(" ")
+        if name and chosen(name, image_name.strip()):
+            remove_container(name)
+
+
+def remove_container(name: str) -> None:
+    """Remove working container `name`, if there is one."""
+    subprocess.run(["buildah", *storage_options(), "rm", name], capture_output=True, check=False)
+
+
+def remove_testbed_containers(state_dir: pathlib.Path) -> None:
+    """Remove the replica containers of the testbed in `state_dir` (none where buildah never ran)."""
+    if shutil.which("buildah") is not None and (store() / "storage").is_dir():
+        prefix = container_prefix(state_dir)
+        remove_containers(lambda name, _: name.startswith(prefix))
+
+
+def replica_container(state_dir: pathlib.Path, replica: str) -> str:
+    """The container name of `replica` of the testbed in `state_dir`: testbeds share the image store."""
+    return f"{container_prefix(state_dir)}{replica}"
+
+
+def container_prefix(state_dir: pathlib.Path) -> str:
+    return f"mnnvl-testbed-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]}-"
+
+
 def fresh_container(image: str, name: str) -> str:
     """A new working container `name` of `image` (an earlier one of that name removed): one per controller replica,
     as each Pod gets a container of its own."""
-    subprocess.run(["buildah", *storage_options(), "rm", name], capture_output=True, check=False)
+    remove_container(name)
     buildah("from", "--pull=never", "--name", name, image)
     return name
 
@@ -315,21 +385,32 @@ def _parents() -> dict[int, int]:
     return parents
 
 
-def innermost_process(pid: int) -> int | None:
-    """The deepest descendant of `pid` along its first children (for `buildah run`: buildah, its chroot runtime,
-    its exec helper, then the command running in the container)."""
+def container_process(pid: int) -> int | None:
+    """The command `buildah run` `pid` runs. Below buildah come its chroot runtime (on the host's root), then its exec
+    helper, the first process in the container's root, whose child is the command."""
     parents = _parents()
-    deepest = None
-    current = pid
-    while children := sorted(child for child, parent in parents.items() if parent == current):
-        deepest = current = children[0]
-    return deepest
+
+    def children(of: int) -> list[int]:
+        return sorted(child for child, parent in parents.items() if parent == of)
+
+    pending = [pid]
+    while pending:
+        current = pending.pop(0)
+        for child in children(current):
+            try:
+                in_container = os.readlink(f"/proc/{child}/root") != "/"
+            except OSError:
+                continue
+            if in_container:
+                return next(iter(children(child)), None)
+            pending.append(child)
+    return None
 
 
 def end_run(pid: int, *, timeout: float = 15.0) -> None:
     """End the `buildah run` with pid `pid` as a kubelet ends a container: SIGTERM to the command in it, then wait
     for it to exit. (buildah answers a SIGTERM of its own by killing the command at once.)"""
-    inner = innermost_process(pid)
+    inner = container_process(pid)
     if inner is None:
         return
     try:
