@@ -81,7 +81,7 @@ def test_a_replica_runs_as_its_pod_would(monkeypatch: pytest.MonkeyPatch, tmp_pa
         "buildah",
         *("--root", str(store / "storage"), "--runroot", str(store / "run"), "--storage-driver", "vfs"),
         *("run", "--isolation", "chroot", "--network", "host", "--user", "65532:65532", "--cap-drop", "ALL"),
-        *("--volume", f"{tmp_path / 'account'}:/run/secrets/kubernetes.io/serviceaccount:ro"),
+        *("--volume", f"{tmp_path / 'account'}:/var/run/secrets/kubernetes.io/serviceaccount:ro"),
         *("--volume", f"{tmp_path / 'config.yaml'}:/etc/mnnvl/config.yaml:ro"),
         *("--env", "A=1", "--env", "B=2"),
         "mnnvl-testbed-mnnvl-lws-0",
@@ -143,3 +143,21 @@ def test_testbeds_sharing_the_store_name_their_replicas_apart(tmp_path: pathlib.
     assert image.replica_container(first, "mnnvl-lws-0") != image.replica_container(second, "mnnvl-lws-0")
     assert image.replica_container(first, "mnnvl-lws-0").startswith(image.container_prefix(first))
     assert not image.replica_container(second, "mnnvl-lws-0").startswith(image.container_prefix(first))
+
+
+def test_a_mount_target_follows_the_links_of_the_containers_root(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "run").symlink_to("/run")  # as in Debian: absolute, meant for the container's root
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "alias").symlink_to("../run")
+    assert image.resolved(tmp_path, image.SERVICE_ACCOUNT_DIRECTORY) == "/run/secrets/kubernetes.io/serviceaccount"
+    assert image.resolved(tmp_path, "/etc/alias/x/../y") == "/run/y"
+    assert image.resolved(tmp_path, "/etc/mnnvl/configuration.yaml") == "/etc/mnnvl/configuration.yaml"
+
+
+def test_a_loop_of_links_is_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(image.ImageError, match="too many links"):
+        image.resolved(tmp_path, "/a/x")

@@ -117,32 +117,56 @@ def _replica_process(
     """The command and environment of one replica: as the Deployment's pod would run, but listening on the
     replica's own ports with certificates from the state directory (the chart mounts them from a Secret)."""
     work = testbed.state_dir / "controllers" / controller
+    built = os.environ.get(image.CONTROLLER_IMAGE_VARIABLE)
     configuration = installed.configuration(controller)
+    pod_environment = release.process_environment(installed, controller, pod_name=replica.name)
+    # From the image, the files are where the Deployment mounts them (the chart's certDir and configuration path);
+    # as a local process, where the state directory has them.
+    chart_cert_dir = configuration.get("webhook", {}).get("certDir", image.DEFAULT_CERT_DIR)
     configuration["webhook"] = {
         **configuration.get("webhook", {}),
         "host": "127.0.0.1",
         "port": replica.webhook_port,
-        "certDir": str(work / "certs"),
+        "certDir": chart_cert_dir if built else str(work / "certs"),
         "certCheckIntervalSeconds": 1,
     }
     config_file = work / f"{replica.name}.yaml"
     config_file.write_text(yaml.safe_dump(configuration))
     command = installed.container(controller)["command"]
     environment = {
-        **release.process_environment(installed, controller, pod_name=replica.name),
-        "MNNVL_CONFIG_FILE": str(config_file),
+        **pod_environment,
+        "MNNVL_CONFIG_FILE": pod_environment["MNNVL_CONFIG_FILE"] if built else str(config_file),
         "MNNVL_METRICS_ADDRESS": f"127.0.0.1:{replica.metrics_port}",
         "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{replica.health_port}",
     }
-    built = os.environ.get(image.CONTROLLER_IMAGE_VARIABLE)
     if built:
+        files = {
+            image.SERVICE_ACCOUNT_DIRECTORY: _service_account_files(testbed, installed, controller, replica),
+            environment["MNNVL_CONFIG_FILE"]: config_file,
+            chart_cert_dir: work / "certs",
+        }
         return _container_run(
-            testbed, installed, controller, replica, built=built, command=command, environment=environment
+            testbed, installed, controller, replica, built=built, command=command, environment=environment, files=files
         ), {}
     # The Deployment's console script, run by this interpreter explicitly: the supervisor recognises its processes
     # by their first argument, which for a script started through its shebang would be the interpreter instead.
     script = pathlib.Path(sys.executable).parent / command[0]
     return [sys.executable, str(script), *command[1:]], {**environment, "KUBECONFIG": str(kubeconfig)}
+
+
+def _service_account_files(
+    testbed: cluster.Testbed, installed: release.Release, controller: str, replica: Replica
+) -> pathlib.Path:
+    """A directory with what a Pod's ServiceAccount volume holds: a token the API server issues for the controller's
+    ServiceAccount, the cluster CA and the namespace."""
+    account = testbed.state_dir / "controllers" / controller / f"{replica.name}-serviceaccount"
+    account.mkdir(mode=0o750, exist_ok=True)
+    token = cluster.service_account_token(testbed, NAMESPACE, installed.service_account(controller))
+    (account / "token").touch(mode=0o640)
+    (account / "token").write_text(token)
+    shutil.copyfile(testbed.ca_cert, account / "ca.crt")
+    (account / "namespace").write_text(NAMESPACE)
+    return account
 
 
 def _container_run(
@@ -154,28 +178,21 @@ def _container_run(
     built: str,
     command: list[str],
     environment: dict[str, str],
+    files: dict[str, pathlib.Path],
 ) -> list[str]:
     """`buildah run` of the replica in a container of its own from image `built`, as its Pod would run: as the
-    Deployment's user, in-cluster credentials (the ServiceAccount's token, the cluster CA and the namespace where a
-    Pod has them, the API server's address in the environment the kubelet sets), its configuration and serving
-    certificate mounted read-only (the chart mounts them from a ConfigMap and a Secret)."""
-    work = testbed.state_dir / "controllers" / controller
-    account = work / f"{replica.name}-serviceaccount"
-    account.mkdir(mode=0o750, exist_ok=True)
-    token = cluster.service_account_token(testbed, NAMESPACE, installed.service_account(controller))
-    (account / "token").touch(mode=0o640)
-    (account / "token").write_text(token)
-    shutil.copyfile(testbed.ca_cert, account / "ca.crt")
-    (account / "namespace").write_text(NAMESPACE)
-    config_file = pathlib.Path(environment["MNNVL_CONFIG_FILE"])
-    certificates = work / "certs"
+    Deployment's user, with in-cluster credentials (`KUBERNETES_SERVICE_HOST`/`PORT` as the kubelet sets them) and
+    `files` (container path → host path: the ServiceAccount's, the configuration, the serving certificate) mounted
+    read-only where the Pod has them."""
     # As the kubelet does for a Pod's volumes: its fsGroup owns them and may read them (the serving key is 0600).
     # Only what is mounted, and nothing made readable by others.
     group = installed.volume_group(controller)
-    for path in (account, *account.iterdir(), config_file, certificates, *certificates.iterdir()):
-        os.chown(path, -1, group)
-        path.chmod(path.stat().st_mode | (0o050 if path.is_dir() else 0o040))
+    for source in files.values():
+        for path in (source, *(source.iterdir() if source.is_dir() else ())):
+            os.chown(path, -1, group)
+            path.chmod(path.stat().st_mode | (0o050 if path.is_dir() else 0o040))
     container = image.fresh_container(built, image.replica_container(testbed.state_dir, replica.name))
+    root = image.container_root(container)
     return image.run_command(
         container,
         command,
@@ -184,11 +201,7 @@ def _container_run(
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(testbed.ports["kube-apiserver"]),
         },
-        mounts=[
-            image.Mount(source=account, target=image.SERVICE_ACCOUNT_DIRECTORY),
-            image.Mount(source=config_file, target=str(config_file)),
-            image.Mount(source=certificates, target=str(certificates)),
-        ],
+        mounts=[image.Mount(source=source, target=image.resolved(root, target)) for target, source in files.items()],
         user=installed.user(controller),
     )
 

@@ -28,9 +28,10 @@ from . import building, dockerfile
 TAG = "localhost/mnnvl:dev"
 #: Set to an image id, controllers on the testbed start from that image (`controllers.start`).
 CONTROLLER_IMAGE_VARIABLE = "MNNVL_TESTBED_CONTROLLER_IMAGE"
-#: Where a Pod has its ServiceAccount's token. `/var/run` is a link to `/run` in the image, and buildah resolves a
-#: mount target through such a link on the host, not in the container: the mount names the link's target.
-SERVICE_ACCOUNT_DIRECTORY = "/run/secrets/kubernetes.io/serviceaccount"
+#: Where a Pod has its ServiceAccount's token, CA and namespace.
+SERVICE_ACCOUNT_DIRECTORY = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The webhook certificate directory of a configuration that names none (the chart always names one).
+DEFAULT_CERT_DIR = "/var/run/mnnvl/webhook-certs"
 #: Labels a stand-in base with the hash of what it was made from, so a changed recipe makes it again.
 RECIPE_LABEL = "io.mnnvl.testbed.stand-in-recipe"
 #: Labels the built image with the hash of its build context and bases, so an unchanged tree is not built again.
@@ -371,6 +372,34 @@ def fresh_container(image: str, name: str) -> str:
     remove_container(name)
     buildah("from", "--pull=never", "--name", name, image)
     return name
+
+
+def resolved(root: pathlib.Path, path: str) -> str:
+    """`path` with its links followed inside the root filesystem `root`. buildah resolves a mount target's links on
+    the host instead (a mount at `/var/run/…` would land under the host's `/run`, as `/var/run` links there), so
+    mounts name the target the container would reach."""
+    pending = [part for part in path.split("/") if part not in {"", "."}]
+    done: list[str] = []
+    for _ in range(256):  # parts plus links followed; more means a loop of links
+        if not pending:
+            return "/" + "/".join(done)
+        part = pending.pop(0)
+        if part == "..":
+            done = done[:-1]
+            continue
+        candidate = root.joinpath(*done, part)
+        if candidate.is_symlink():
+            target = os.readlink(candidate)
+            done = [] if target.startswith("/") else done
+            pending = [piece for piece in target.split("/") if piece not in {"", "."}] + pending
+            continue
+        done.append(part)
+    raise ImageError(f"{path}: too many links in {root}")
+
+
+def container_root(name: str) -> pathlib.Path:
+    """The root filesystem of working container `name` on the host."""
+    return pathlib.Path(buildah("mount", name).strip())
 
 
 def _parents() -> dict[int, int]:
