@@ -1,13 +1,16 @@
-"""What mnnvl-topology keeps of the cluster's pods, and how often it computes the census."""
+"""What mnnvl-topology keeps of the cluster's pods, which pods the API server sends it, and how often it computes the
+census."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import kopf
 import pytest
 
 from mnnvl_api import keys
-from mnnvl_topology import state
+from mnnvl_api.decisions import references
+from mnnvl_topology import census, handlers, state
 
 UNSCHEDULABLE = {
     "phase": "Pending",
@@ -134,3 +137,85 @@ def test_a_pod_recreated_under_its_name_counts_once_in_its_slice_and_its_node_on
     pending = stores.unschedulable_pod("ns", "w-0")
     assert pending is not None
     assert stores.placed_cliques(pending, None) == {"a": 1}  # two pods on one node: one node of the clique
+
+
+# --- what the API server sends: non-terminal pods only ------------------------------------------------------------
+
+SLICE = {keys.SCOPE_LABEL: keys.SCOPE_SLICE, keys.DS_NAME_LABEL: "ds", keys.DS_SLICE_LABEL: "0",
+         keys.DS_REVISION_LABEL: "r"}  # fmt: skip
+CHANNEL = [{"name": keys.CHANNEL_CLAIM_NAME, "resourceClaimTemplateName": "t"}]
+BY_HAND = [{"name": "channel", "resourceClaimTemplateName": "by-hand"}]
+RUNNING = {"phase": "Running"}
+#: Every kind of pod the census or the fit check keeps while it is non-terminal.
+KEPT_WHILE_LIVE = [
+    pytest.param(pod("trainer", status=RUNNING, nodeName="a1", containers=GPU), id="gpu-pod"),
+    pytest.param(pod("hand", status=RUNNING, nodeName="a1", resourceClaims=BY_HAND), id="hand-made-domain"),
+    pytest.param(pod("w-0", labels=SLICE, status=RUNNING, nodeName="a1", resourceClaims=CHANNEL), id="slice-member"),
+    pytest.param(pod("w-1", labels=SLICE, resourceClaims=CHANNEL), id="slice-unschedulable"),
+    pytest.param(pod("kai", schedulerName=KAI, containers=GPU), id="kai-unschedulable"),
+    pytest.param(running("db-0", "a1", **{keys.GROVE_PODGANG_LABEL: "g"}), id="placed-member"),
+]
+
+
+def test_the_api_server_is_asked_for_non_terminal_pods() -> None:
+    assert state.POD_FIELD_SELECTOR == "status.phase!=Failed,status.phase!=Succeeded"
+
+
+@pytest.mark.parametrize("phase", sorted(references.TERMINAL_PHASES))
+@pytest.mark.parametrize("body", KEPT_WHILE_LIVE)
+def test_a_pod_the_api_server_leaves_out_is_one_the_stores_would_forget(body: dict[str, Any], phase: str) -> None:
+    """Nothing is lost by the field selector: a finished pod is kept by neither the census nor the fit check, and
+    its leaving the selection (a deletion on the watch) leaves the stores as its last update did without it."""
+    live = census.pod_facts(body)
+    finished = body | {"status": {**body["status"], "phase": phase}}
+    assert (census.worth_keeping(live), census.worth_keeping(census.pod_facts(finished))) == (True, False)
+    updated, deleted = state.Stores(), state.Stores()
+    for stores in (updated, deleted):
+        stores.apply_node("n", {"metadata": {"name": "a1", "labels": {keys.GPU_CLIQUE_LABEL: "a"}}})
+        stores.apply_pod("uid", body)
+        stores.current_census()
+    assert updated.apply_pod("uid", finished) == deleted.apply_pod("uid", None)
+    assert (updated.pods, updated.keys(), updated.current_census()) == (
+        {},
+        [state.TOPOLOGIES, state.CENSUS],
+        deleted.current_census(),
+    )
+
+
+def listed(*bodies: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        body | {"metadata": body["metadata"] | {"uid": body["metadata"]["name"], "resourceVersion": "5"}}
+        for body in bodies
+    ]
+
+
+def test_the_pod_stores_lists_are_narrowed_as_its_watch_is() -> None:
+    """A terminal pod in a list is not tracked (the watch would never report its deletion); a tracked pod that a list
+    shows finished is dropped, as a list the API server had narrowed would leave it out."""
+    stores = state.Stores()
+    mirror = stores.pod_mirror
+    gpu = pod("trainer", status=RUNNING, nodeName="a1", containers=GPU)
+    done = pod("done", status={"phase": "Succeeded"}, nodeName="a1", containers=GPU)
+    mirror.begin_list()
+    assert mirror.take_page(listed(gpu, done)) == [state.CENSUS]
+    assert mirror.finish_list("6") == ([], 0)
+    assert len(mirror) == 1
+    finished = gpu | {"status": {"phase": "Failed"}}
+    mirror.begin_list()
+    assert mirror.take_page(listed(finished, done)) == []
+    assert mirror.finish_list("7") == ([state.CENSUS], 1)
+    assert (len(mirror), stores.pods) == (0, {})
+
+
+def test_the_pod_watch_asks_the_api_server_for_non_terminal_pods_and_nothing_else_is_narrowed() -> None:
+    settings = kopf.OperatorSettings()
+    handlers.narrow_watches(settings)
+    pods = kopf.Resource("", "v1", "pods", kind="Pod", namespaced=True)
+    nodes = kopf.Resource("", "v1", "nodes", kind="Node")
+    topologies = kopf.Resource(keys.KAI_TOPOLOGY_GROUP, "v1alpha1", keys.KAI_TOPOLOGY_PLURAL, kind="Topology")
+    assert settings.watching.field_selectors.collect(pods) == [state.POD_FIELD_SELECTOR]
+    assert (
+        settings.watching.field_selectors.collect(nodes) == settings.watching.field_selectors.collect(topologies) == []
+    )
+    # No label selects the pods the census and the fit check need (GPU pods, pods of hand-made domains).
+    assert handlers.WATCH_SELECTORS == {}

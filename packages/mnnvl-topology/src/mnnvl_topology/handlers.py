@@ -4,7 +4,8 @@ are synced.
 
 Pods are watched without a label selector, unlike the other controllers: the census counts every pod holding a
 ComputeDomain channel or a GPU (also pods of domains made by hand, which carry no label of ours) and the fit
-check looks at every unschedulable pod KAI places (whose pods carry no label of ours either). Per event the cost
+check looks at every unschedulable pod KAI places (whose pods carry no label of ours either). The API server
+leaves out the terminal pods, which are nothing to either (`state.POD_FIELD_SELECTOR`). Per event the cost
 stays O(1): only pods holding a claim or a GPU, and unschedulable pods of slice or replica scope or placed by KAI,
 are kept, as a few facts (`census.worth_keeping`); the census is computed on a queue pass, once however many fit
 checks read it, and again only when a fact it reads changes.
@@ -69,10 +70,24 @@ async def start(memo: Any, **_: Any) -> None:
     memo["tasks"] = _topologist.loop.start(STORES.keys, every=every, then=running.on_resync)
 
 
-#: No selectors: every node and pod is needed (see above); Topologies are few and all are looked at by name.
+#: No label selectors: every node and every non-terminal pod is needed (see above); Topologies are few and all are
+#: looked at by name.
 WATCH_SELECTORS = watches.register(
     state.registry, STORES.mirrors(compute_domains=True), lambda touched: topologist().enqueue(touched)
 )
+
+
+def narrow_watches(settings: kopf.OperatorSettings) -> None:
+    """Have the API server send the pod watch only non-terminal pods. The runtime passes kopf label selectors only;
+    kopf reads its field selectors each time it lists or opens a watch, so setting one here, before any watch is
+    opened, narrows every one."""
+    settings.watching.field_selectors[watches.selector_key(STORES.pod_mirror.resource)] = state.POD_FIELD_SELECTOR
+
+
+# Startup handlers run before kopf opens any watch.
+@kopf.on.startup(registry=state.registry, id="narrow-pod-watch")
+async def on_startup_narrow(settings: kopf.OperatorSettings, **_: Any) -> None:
+    narrow_watches(settings)
 
 
 # Bindings are read by name on each pass; their events only bring the next pass forward, so an edited binding is
