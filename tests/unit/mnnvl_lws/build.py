@@ -68,8 +68,10 @@ def pod(
     }
 
 
-def workload(uid: str = UID, *, deleting: bool = False) -> planner.LeaderWorkerSetFacts:
-    return planner.LeaderWorkerSetFacts(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
+def workload(uid: str = UID, *, deleting: bool = False, replicas: int = 1) -> planner.LeaderWorkerSetFacts:
+    return planner.LeaderWorkerSetFacts(
+        namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting, replicas=replicas
+    )
 
 
 def controller_revision(

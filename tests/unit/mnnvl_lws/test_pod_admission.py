@@ -225,3 +225,60 @@ def test_after_opting_out_a_leader_is_left_alone_unless_upstream_recorded_its_re
     api.put("controllerrevisions", stamped_revision("old", uid=owner), manager="lws-manager")
     admitted = admit(api, state.Stores(), build.pod("deepseek-r1-0", revision=revision_label))
     assert (admitted.patch, admitted.errors, admitted.gated) == ([], [], False)
+
+
+# --- the domain a leader's admission names, created at once ------------------------------------------------
+
+
+def start_for(api: MemoryApi, stores: state.Stores, pod: dict[str, Any]) -> tuple[rules.DomainStart | None, bool]:
+    """The webhook's admission of `pod`, then its background create: what it would start, and whether it did."""
+    admitted = admit(api, stores, pod)
+    start = rules.domain_to_start(pod, admitted)
+    if start is None:
+        return None, False
+    client = api.client(keys.LWS_CONTROLLER)
+    return start, asyncio.run(pod_admission.create_for_leader(client, stores, start, component="mnnvl-lws-test"))
+
+
+def test_a_new_leaders_domain_is_created_at_admission_for_the_leaderworkerset_as_it_is_now() -> None:
+    """The stores still hold an earlier LeaderWorkerSet of that name: the domain is made for the one read afresh, or
+    it would belong to another workload and the leader would wait for ever."""
+    api = api_with(build.opted_in())
+    stale = state.Stores()
+    stale.apply_workload("uid-earlier", {**build.opted_in(), "metadata": {**build.opted_in()["metadata"], "uid": "x"}})
+    start, created = start_for(api, stale, build.pod("deepseek-r1-1"))
+    assert start == rules.DomainStart(
+        namespace="serving", lws="deepseek-r1", group=1, domain=names.replica_domain_name("deepseek-r1", 1, "bcdfg")
+    )
+    assert created
+    domain = api.get(keys.COMPUTE_DOMAIN_PLURAL, "serving", start.domain)
+    assert domain is not None
+    labels = domain["metadata"]["labels"]
+    assert labels[keys.OWNER_UID_LABEL] == stored_uid(api, keys.LWS_PLURAL, "deepseek-r1")
+    assert labels[keys.GROUP_INDEX_LABEL] == "1"
+    assert domain["metadata"]["finalizers"] == [keys.PROTECTION_FINALIZER]
+
+
+def test_nothing_is_started_for_a_worker_a_reinvocation_or_a_leader_left_alone() -> None:
+    api = api_with(build.opted_in())
+    worker = running_group(api)
+    assert admit(api, state.Stores(), worker).domain == DOMAIN
+    assert start_for(api, state.Stores(), worker) == (None, False)
+    reinvoked = build.pod("deepseek-r1-1", annotations={keys.COMPUTE_DOMAIN_NAME_ANNOTATION: "deepseek-r1-1-bbbbb"})
+    assert start_for(api, state.Stores(), reinvoked) == (None, False)
+    assert start_for(api_with(build.lws()), state.Stores(), build.pod("deepseek-r1-1")) == (None, False)
+
+
+def test_a_domain_the_planner_created_first_is_left_as_it_is() -> None:
+    api = api_with(build.opted_in())
+    name = names.replica_domain_name("deepseek-r1", 1, "bcdfg")
+    api.put(keys.COMPUTE_DOMAIN_PLURAL, domain_builders.domain_object(name, group=1), manager=keys.LWS_CONTROLLER)
+    before = api.get(keys.COMPUTE_DOMAIN_PLURAL, "serving", name)
+    assert start_for(api, state.Stores(), build.pod("deepseek-r1-1"))[1] is False
+    assert api.get(keys.COMPUTE_DOMAIN_PLURAL, "serving", name) == before
+
+
+def test_the_replicas_a_leaderworkerset_asks_for() -> None:
+    assert rules.replicas_of(build.lws()) == 2
+    assert rules.replicas_of({"spec": {}}) == 1  # the API server's default
+    assert rules.replicas_of({"spec": {"replicas": 0}}) == 0

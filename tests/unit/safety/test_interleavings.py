@@ -21,6 +21,7 @@ its own leader incarnation (the one its StatefulSet names) recorded: a group nev
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import itertools
@@ -32,7 +33,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import references
-from mnnvl_lws import planner, pod_admission, scope, state
+from mnnvl_lws import planner, pod_admission, rules, scope, state
 from mnnvl_runtime import scopes
 
 from ..mnnvl_runtime.memory_api import Object
@@ -45,6 +46,7 @@ from .harness import (
     NS,
     REPLICAS,
     STALE_STORE_RULES,
+    WEBHOOK,
     CutPasses,
     ScopeMachine,
     accepted_fences,
@@ -89,6 +91,8 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
             descriptor=scope.SCOPE,
             new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(scope.SCOPE, writer, None),
         )
+        #: The webhook's creates begun (`start_domain`) and not ended yet.
+        self.starts: list[asyncio.Task[bool]] = []
         self.tokens = (
             "".join(t)
             for t in itertools.product(names.INCARNATION_TOKEN_ALPHABET, repeat=names.INCARNATION_TOKEN_LENGTH)
@@ -227,11 +231,35 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
             self.pending.append((self.now + latency, body))
             return
         replica = self._replica(via)
-        self._admit(
+        admitted = self._admit(
             body,
             pod_admission.admit_pod(replica.client, replica.stores, body, token=next(self.tokens)),
             latency=latency,
         )
+        start = None if admitted is None else rules.domain_to_start(body, admitted)
+        if start is not None:
+            self.start_domain(replica.name, replica.stores, start)
+
+    def start_domain(self, name: str, stores: state.Stores, start: rules.DomainStart) -> None:
+        """The webhook's background create (`pod_admission.start_domain`): its fresh read now, its create sent from
+        the webhook's own client (no Lease: any replica serves the webhook), landing at any later step or never."""
+        client = self.api.client(self.component, sender=name + WEBHOOK)
+        self.starts.append(
+            self.loop.create_task(pod_admission.create_for_leader(client, stores, start, component=self.component))
+        )
+        self.settle()
+
+    def settle(self) -> None:
+        super().settle()
+        for task in [t for t in self.starts if t.done()]:
+            self.starts.remove(task)
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]  # create_for_leader handles every API error
+
+    def teardown(self) -> None:
+        for task in self.starts:
+            task.cancel()
+        super().teardown()
 
     def _leaderless(self) -> list[int]:
         if self.api.peek(keys.LWS_PLURAL, NS, LWS) is None:
@@ -591,4 +619,48 @@ def test_a_deposed_leaders_condemn_landing_after_the_hand_over_changes_nothing_u
     machine.reconcile_fully("b")
     machine.check()
     assert not machine.is_condemned(domain)
+    machine.teardown()
+
+
+def test_a_domain_created_at_admission_waits_for_its_leader_and_is_never_marked() -> None:
+    """The webhook's create lands and the leading replica sees the domain before the leader it was made for (the
+    pod is still being persisted): the domain is kept, not condemned, and the leader is let go once it is seen."""
+    machine = ReplicaScope()
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    machine.land_everything()  # the webhook's create (replica b's: no Lease needed)
+    (domain,) = domains_of_group(machine, 0)
+    machine.settle_leader(catch_up=True)
+    assert not machine.is_condemned(domain)
+    assert [w.what for w in machine.api.landed if w.sender == REPLICAS[0]] == []  # nothing to do yet
+    machine.persist_named(f"{LWS}-0")
+    machine.settle_leader(catch_up=True)
+    leader = machine.api.get("pods", NS, f"{LWS}-0")
+    assert leader is not None
+    assert references.recorded_domain(leader) == domain
+    assert domains_of_group(machine, 0) == [domain]
+    assert not machine.is_condemned(domain)
+    machine.check()
+    machine.teardown()
+
+
+def test_a_domain_created_for_a_leader_the_api_server_refused_goes_by_the_fenced_deletion() -> None:
+    """The webhook created a leader's domain, then the API server refused the pod (a later webhook, a quota): no
+    pod records the domain. Once the group's next leader is seen, the first domain is condemned, and deleted only
+    after the fence."""
+    machine = ReplicaScope()
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    machine.land_everything()
+    (refused,) = domains_of_group(machine, 0)
+    machine.pending.clear()  # the pod is never persisted
+    machine.begin_leader_of(0, gpu=True, via=0, latency=1.0)
+    machine.persist_named(f"{LWS}-0")
+    machine.settle_leader(catch_up=True)
+    assert machine.is_condemned(refused)
+    machine.time_passes(seconds=machine.fence)
+    machine.settle_leader(catch_up=True)
+    machine.check()
+    assert refused in machine.api.deleted_domains
+    leader = machine.api.get("pods", NS, f"{LWS}-0")
+    assert leader is not None
+    assert domains_of_group(machine, 0) == [references.recorded_domain(leader)]
     machine.teardown()

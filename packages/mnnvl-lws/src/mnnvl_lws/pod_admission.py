@@ -1,6 +1,7 @@
 """The admission of replica-scope pods (their webhook is the scope kit's): the fresh reads a pod's claim
-injection rests on, and the pure decision (`rules`) on them. Admission has no side effects: it never writes to
-the API."""
+injection rests on, and the pure decision (`rules`) on them. The decision itself never writes to the API; once a
+leader is admitted with a new domain name, the domain's creation starts in the background (`start_domain`), so the
+NVIDIA driver prepares it while the pod is being persisted and before its watch event reaches the planner."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import secrets
 from typing import Any
 
 from mnnvl_api import errors, keys, names
-from mnnvl_api.decisions import domains, injection, opt_in, ownership, references
-from mnnvl_runtime import admission, controller, kube
+from mnnvl_api.decisions import domains, injection, opt_in, ownership, plans, references
+from mnnvl_api.models import computedomain
+from mnnvl_runtime import admission, controller, domain_writer, kube
 
 from . import planner, rules, state
 
@@ -46,6 +48,40 @@ async def admit_pod(
     if admitted.errors:
         raise admission.reject(admitted.errors)
     return admitted
+
+
+async def start_domain(
+    context: controller.Context, stores: state.Stores, pod: dict[str, Any], admitted: injection.PodAdmission
+) -> None:
+    """Create the domain a leader's admission named (`rules.domain_to_start`) for its LeaderWorkerSet as it is now,
+    read afresh: the stores may still hold an earlier incarnation of that name, whose uid would make the domain
+    another workload's (and the leader wait for ever). See `admission.create_domain`."""
+    start = rules.domain_to_start(pod, admitted)
+    if start is not None:
+        await create_for_leader(context.client, stores, start, component=context.identity.reporting_component)
+
+
+async def create_for_leader(
+    client: kube.Api, stores: state.Stores, start: rules.DomainStart, *, component: str
+) -> bool:
+    """`start_domain`'s work once it knows the domain to start; True when it created the domain."""
+    fresh = await client.aget(keys.LWS_API_VERSION, keys.LWS_PLURAL, start.lws, namespace=start.namespace)
+    workload = None if fresh is None else stores.workload_of(fresh)
+    if workload is None or workload.deleting:
+        return False
+    domain = plans.to_create(workload, start.domain, planner.domain_labels(workload, start.group))
+    return await admission.create_domain(
+        client,
+        computedomain.manifest(
+            name=domain.name, namespace=domain.namespace, claim_template=domain.claim_template, labels=domain.labels
+        ),
+        scope=keys.SCOPE_REPLICA,
+        workload=domain_writer.involved(
+            keys.LWS_API_VERSION, "LeaderWorkerSet", workload.namespace, workload.name, workload.uid
+        ),
+        component=component,
+        announcement=planner.created(domain),
+    )
 
 
 def new_token() -> str:

@@ -340,3 +340,34 @@ def admit_pod(
     if chosen is None:
         return injection.PodAdmission(patch=[], errors=[])
     return injection.join_domain(pod, domain=chosen, gate=position.is_leader or not domain_ready)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DomainStart:
+    """A domain a leader's admission named for the first time, whose creation may start at once."""
+
+    namespace: str
+    lws: str
+    group: int
+    domain: str
+
+
+def domain_to_start(pod: Mapping[str, Any], admitted: injection.PodAdmission) -> DomainStart | None:
+    """The domain to create at once for a leader admitted with a domain name new to it (none was recorded on the pod
+    before): the planner would create it only once the leader's watch event reaches it. None for any other
+    admission (a worker, a refusal, a reinvocation that finds its name recorded)."""
+    position = pod_position(pod)
+    if isinstance(position, errors.FieldError) or not position.is_leader or admitted.errors or admitted.domain is None:
+        return None
+    meta = pod.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(keys.COMPUTE_DOMAIN_NAME_ANNOTATION):
+        return None
+    return DomainStart(
+        namespace=meta.get("namespace", ""), lws=position.lws, group=position.group, domain=admitted.domain
+    )
+
+
+def replicas_of(lws: Mapping[str, Any]) -> int:
+    """How many groups a LeaderWorkerSet asks for: `spec.replicas`, which the API server defaults to 1."""
+    value = (lws.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) else 1

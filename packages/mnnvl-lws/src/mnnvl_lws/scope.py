@@ -4,14 +4,9 @@ group incarnation."""
 from __future__ import annotations
 
 from mnnvl_api import keys
-from mnnvl_api.decisions import plans
 from mnnvl_runtime import admission, preflight, scopes, webhooks
 
 from . import planner, pod_admission, rules, state
-
-
-def created(domain: plans.DomainToCreate) -> str:
-    return f"Created ComputeDomain {domain.name} for group {domain.labels[keys.GROUP_INDEX_LABEL]}"
 
 
 def deleted(snapshot: planner.Snapshot, name: str) -> str:
@@ -39,9 +34,10 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     stores=state.STORES,
     plan=planner.plan,
     is_ours=planner.is_ours,
-    created=created,
+    created=planner.created,
     deleted=deleted,
     admit_pod=pod_admission.admit,
+    start_domain=pod_admission.start_domain,
     workload_rules=admission.WorkloadRules(
         plural=keys.LWS_PLURAL,
         stamp=rules.template_patch,

@@ -4,6 +4,7 @@ may join a domain, read afresh."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -14,11 +15,11 @@ from typing import Any
 import jsonpatch
 import kopf
 
-from mnnvl_api import errors, keys
+from mnnvl_api import errors, events, keys
 from mnnvl_api.decisions import domains, field_managers, injection, opt_in
 from mnnvl_api.decisions.patches import JsonPatch
 
-from . import controller, kube, metrics, preflight, webhooks
+from . import controller, kube, metrics, posting, preflight, webhooks
 
 log = logging.getLogger(__name__)
 API_CHECK_SECONDS = 10.0
@@ -210,22 +211,53 @@ async def refuse_impersonation(
             raise kopf.AdmissionError(refusal, code=403)
 
 
+#: What a scope starts once a pod is admitted (not for a dry run), in the background: given the pod as it came and
+#: the admission, it may create the domain the admission named.
+StartDomain = Callable[[controller.Context, dict[str, Any], injection.PodAdmission], Awaitable[None]]
+
+
+class Background:
+    """Tasks an admission starts and does not wait for: each is kept until it ends (asyncio holds only weak
+    references to tasks), and a failure is logged, never raised into anyone's request."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, work: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(work)
+        task.set_name(name)
+        self.tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background admission work failed", extra={"task": task.get_name()}, exc_info=task.exception())
+
+
 def register_pod_webhook(
     registry: kopf.OperatorRegistry,
     admit: Callable[[controller.Context, dict[str, Any]], Awaitable[injection.PodAdmission]],
+    *,
+    start_domain: StartDomain | None = None,
 ) -> None:
     """Registers on `registry` a scope's pod webhook (`mutate-pod`): `admit`'s patch (the claim, the recorded domain,
-    the scheduling gate) for a pod being created, or its refusal."""
+    the scheduling gate) for a pod being created, or its refusal; then, unless the request is a dry run,
+    `start_domain` in the background (its webhook says `sideEffects: NoneOnDryRun`)."""
+    background = Background()
 
     # async: it reads the watch stores, which only the event loop thread may touch.
     @kopf.on.mutate("pods", id=webhooks.POD_WEBHOOK, registry=registry)
-    async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, **kwargs: Any) -> None:
+    async def mutate_pod(body: kopf.Body, patch: kopf.Patch, memo: Any, dryrun: bool, **kwargs: Any) -> None:
         operation: str | None = kwargs.get("operation")
         with measured(webhooks.POD_WEBHOOK, operation) as outcome:
             if operation != "CREATE":
                 return
             pod = dict(body)
-            admitted = await admit(controller.context_of(memo), pod)
+            context = controller.context_of(memo)
+            admitted = await admit(context, pod)
+            if start_domain is not None and not dryrun:
+                background.start(start_domain(context, pod, admitted), f"start-domain-{admitted.domain}")
             if admitted.patch:
                 patch.fns.append(transform(admitted.patch))
                 outcome.result = "patched"
@@ -294,3 +326,40 @@ async def bindable(
     return owner_uid is not None and domains.is_ready(
         facts, owner_uid=owner_uid, manager=manager, template_exists=template_exists
     )
+
+
+async def create_domain(
+    client: kube.Api,
+    manifest: kube.Object,
+    *,
+    scope: str,
+    workload: kube.Object,
+    component: str,
+    announcement: str,
+) -> bool:
+    """Create a domain an admission named, without the Lease: any replica may serve the webhook. Only a create,
+    which changes nothing that exists (409: it exists, made by the planner or anyone, whose next pass tells which);
+    a domain whose pod is then refused is not recorded by any pod and goes by the planner's fenced deletion. A
+    failure is logged and left to the planner, which creates the domain once the pod's watch event reaches it.
+    True when created."""
+    meta = manifest["metadata"]
+    fields = {"namespace": meta["namespace"], "compute_domain": meta["name"]}
+    try:
+        await client.acreate(manifest, keys.COMPUTE_DOMAIN_PLURAL)
+    except kube.ApiError as error:
+        if error.status != 409:
+            log.warning("compute domain not created at admission", extra={**fields, "error": str(error)})
+        return False
+    metrics.DOMAINS_CREATED.labels(scope=scope).inc()
+    log.info("compute domain created at admission", extra=fields)
+    await posting.post(
+        client,
+        posting.event_for(
+            workload,
+            reason=events.COMPUTE_DOMAIN_CREATED_REASON,
+            message=announcement,
+            warning=False,
+            component=component,
+        ),
+    )
+    return True

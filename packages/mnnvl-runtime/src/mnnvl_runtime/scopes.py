@@ -43,6 +43,10 @@ Stores = TypeVar("Stores", bound=stores.ScopeStores[Any, Any])
 COMPUTE_DOMAIN_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 
 
+#: What a scope starts in the background once a pod is admitted, given its stores, the pod and the admission.
+StartDomain = Callable[[controller.Context, Stores, dict[str, Any], injection.PodAdmission], Awaitable[None]]
+
+
 class FollowUp(Protocol[Snapshot_contra]):
     """What a scope does beyond its plan, after each pass over a workload (the slice scope asks upstream to retry
     LeaderWorkerSets it refused); it may make a domain's deletion news for workloads it names."""
@@ -78,6 +82,9 @@ class Scope(Generic[Snapshot, Stores]):
     #: The pod webhook's decision, with the fresh reads it rests on; raises `kopf.AdmissionError` to refuse.
     admit_pod: Callable[[controller.Context, Stores, dict[str, Any]], Awaitable[injection.PodAdmission]]
     workload_rules: admission.WorkloadRules
+    #: Started in the background after a pod's admission (never for a dry run): creates the domain the admission
+    #: named, when the scope can tell at once (`admission.create_domain`).
+    start_domain: StartDomain[Stores] | None = None
     #: Validating webhooks of its own beyond the kit's (their handlers are the scope's), by their client config.
     more_validating: Callable[[webhooks.ClientConfig], list[dict[str, Any]]] = no_webhooks
     #: What its webhooks read beside ComputeDomains, for the start-up check.
@@ -216,7 +223,14 @@ def register(scope: Scope[Snapshot, Stores]) -> Registered[Snapshot]:
         also={keys.COMPUTE_DOMAIN_PLURAL: domain_deleted},
     )
 
-    admission.register_pod_webhook(scope.registry, lambda context, pod: scope.admit_pod(context, scope.stores, pod))
+    start_domain = scope.start_domain
+    admission.register_pod_webhook(
+        scope.registry,
+        lambda context, pod: scope.admit_pod(context, scope.stores, pod),
+        start_domain=None
+        if start_domain is None
+        else lambda context, pod, admitted: start_domain(context, scope.stores, pod, admitted),
+    )
     admission.register_workload_webhooks(
         scope.registry, scope.workload_api_version, scope.workload_kind, scope.workload_rules
     )

@@ -33,7 +33,7 @@ def entry(
     match_conditions: Sequence[MatchCondition] = (),
     **extra: Any,
 ) -> dict[str, Any]:
-    """One webhook: fails closed, has no side effects, answers within 10 s.
+    """One webhook: fails closed, has no side effects (unless `extra` says otherwise), answers within 10 s.
 
     With `match_conditions`, the API server calls it only for requests that meet every condition, so only
     those fail while the controller is down.
@@ -162,6 +162,8 @@ def scope_configurations(
         client_config,
         objectSelector={"matchLabels": {keys.SCOPE_LABEL: scope}},
         reinvocationPolicy="IfNeeded",
+        # A scope may create the domain an admission names (`scopes.Scope.start_domain`), never for a dry run.
+        sideEffects="NoneOnDryRun",
     )
     return [
         configuration("MutatingWebhookConfiguration", controller, "mutating", [*mutating, pods]),
