@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each command; the median is reported")
     common.add_common_arguments(parser, "cli")
     arguments = parser.parse_args(argv)
-    bed = common.testbed(arguments.state_dir)
+    bed = common.running_testbed(arguments.state_dir)
     common.header("cli", bed)
     api = bed.api()
     client = reading.connect(bed.kubeconfig, None)

@@ -49,11 +49,15 @@ def add_common_arguments(parser: argparse.ArgumentParser, scenario: str) -> None
     parser.add_argument("--state-dir", type=pathlib.Path, default=default_state_dir(), help="the testbed to use")
 
 
-def testbed(state_dir: pathlib.Path) -> cluster.Testbed:
-    """The testbed (reused, or started) with mnnvl-lws and mnnvl-guardian freshly (re)started from this source
-    tree, gate enabled, so a run measures the code checked out now."""
-    bed = cluster.up(state_dir, echo=True)
-    for controller in CONTROLLERS:
+def running_testbed(
+    state_dir: pathlib.Path, *, started: Sequence[str] = CONTROLLERS, topology_crds: str | None = None
+) -> cluster.Testbed:
+    """The testbed (reused, or started) with the `started` controllers (default mnnvl-lws and mnnvl-guardian)
+    freshly (re)started from this source tree, gate enabled, so a run measures the code checked out now;
+    `topology_crds` (a key of `versions.TOPOLOGY_CRDS`) installs KAI's and Grove's CRDs first, which
+    mnnvl-topology needs."""
+    bed = cluster.up(state_dir, topology_crds=topology_crds, echo=True)
+    for controller in started:
         controllers.start(bed, controller, gate=True)
     return bed
 
@@ -93,6 +97,35 @@ def create_lws(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> None:
     api.request("POST", kube.path_of(LWS_API, "leaderworkersets", namespace=ns), body=manifest)
 
 
+def ds_manifest(name: str, *, slices: int, roles: int, replicas: int = 1, size: int = 2) -> dict[str, Any]:
+    """An opted-in DisaggregatedSet of `slices` slices of `roles` roles, each role `replicas` groups of `size` pods
+    shaped like `lws_manifest`'s (4 GPUs, no existing node), so every role is enrolled in its slice's domain."""
+    spec = lws_manifest(name, replicas=replicas, size=size, opt_in=False)["spec"]
+    return {
+        "apiVersion": keys.DS_API_VERSION,
+        "kind": keys.DS_KIND,
+        "metadata": {"name": name, "annotations": {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_ENABLED}},
+        "spec": {"slices": slices, "roles": [{"name": f"role{index}", "spec": spec} for index in range(roles)]},
+    }
+
+
+def create_ds(api: kube.Kube, ns: str, manifest: dict[str, Any]) -> None:
+    api.request("POST", kube.path_of(keys.DS_API_VERSION, keys.DS_PLURAL, namespace=ns), body=manifest)
+
+
+def delete_ds(api: kube.Kube, ns: str, name: str) -> None:
+    api.delete(kube.path_of(keys.DS_API_VERSION, keys.DS_PLURAL, namespace=ns, name=name))
+
+
+def count(api: kube.Kube, api_version: str, plural: str, ns: str) -> int:
+    """How many objects of a kind the namespace holds, from a page of one object: the API server says how many
+    remain (read from etcd, so exact), where listing tens of thousands of pods to count them would load the
+    machine the benchmark measures. No selector: with one, the API server does not count."""
+    listed = api.request("GET", kube.path_of(api_version, plural, namespace=ns), query={"limit": "1"})
+    remaining = int(listed["metadata"].get("remainingItemCount") or 0)
+    return len(listed["items"]) + remaining
+
+
 def load(api: kube.Kube, ns: str, workloads: int, groups: int, *, ungated: bool = True) -> None:
     """`workloads` opted-in LeaderWorkerSets of `groups` groups of 2 pods each; until every pod exists (and, with
     `ungated`, has had its gate removed)."""
@@ -123,10 +156,12 @@ def wait_drained(api: kube.Kube, ns: str, *, timeout: float = 300) -> None:
     """Until the namespace holds no pods, StatefulSets or ComputeDomains any more."""
 
     def left() -> dict[str, int]:
+        # Counted, not listed: after a burst of 1,000 groups, listing thousands of objects four times a second
+        # would load the API server that is draining them.
         return {
-            "pods": len(api.list_objects("v1", "pods", namespace=ns)),
-            "statefulsets": len(api.list_objects("apps/v1", "statefulsets", namespace=ns)),
-            "computedomains": len(api.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns)),
+            "pods": count(api, "v1", "pods", ns),
+            "statefulsets": count(api, "apps/v1", "statefulsets", ns),
+            "computedomains": count(api, CD_API, keys.COMPUTE_DOMAIN_PLURAL, ns),
         }
 
     testing.wait_for(
@@ -203,6 +238,66 @@ class Watch:
                     return
                 self.errors.append(f"{type(error).__name__}: {error}")
                 time.sleep(0.2)
+
+
+# --- resident memory ---------------------------------------------------------------------------------------
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def rss(bed: cluster.Testbed, components: Sequence[str]) -> dict[str, float]:
+    """VmRSS in MiB of each testbed component (a supervisor name: `mnnvl-lws-0`, `lws-manager`)."""
+    return {component: rss_mib(pid_of(bed, component)) for component in components}
+
+
+class PeakSampler:
+    """Samples RSS every `every` seconds on a thread of its own while a phase runs; keeps the highest value."""
+
+    def __init__(self, bed: cluster.Testbed, components: Sequence[str], every: float = 2.0) -> None:
+        self.bed = bed
+        self.components = tuple(components)
+        self.every = every
+        self.peak = dict.fromkeys(self.components, 0.0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            for component, value in rss(self.bed, self.components).items():
+                self.peak[component] = max(self.peak[component], value)
+            self._done.wait(self.every)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def rss_plot(
+    components: Sequence[str], phases: Sequence[tuple[str, dict[str, float]]], path: pathlib.Path, title: str
+) -> None:
+    """Bars of each component's RSS, one per phase (label, RSS by component)."""
+    figure_ = figure(width=7)
+    axes = figure_.axes[0]
+    width = 0.8 / len(phases)
+    for index, (label, values) in enumerate(phases):
+        offset = (index - (len(phases) - 1) / 2) * width
+        axes.bar(
+            [p + offset for p in range(len(components))], [values[c] for c in components], width=width, label=label
+        )
+    axes.set_xticks(list(range(len(components))), list(components))
+    axes.set_ylabel("RSS, MiB")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend()
+    save(figure_, path, title)
 
 
 # --- statistics, tables and plots -------------------------------------------------------------------------
@@ -288,11 +383,11 @@ def commit() -> str:
     return head + (" (+ uncommitted product changes)" if dirty else "")
 
 
-def log_errors(bed: cluster.Testbed) -> int:
-    """Error lines the controllers have logged so far (their logs are JSON lines)."""
+def log_errors(bed: cluster.Testbed, logged_by: Sequence[str] = CONTROLLERS) -> int:
+    """Error lines the `logged_by` controllers have logged so far (their logs are JSON lines)."""
     supervisor = processes.Supervisor(bed.state_dir)
     total = 0
-    for controller in CONTROLLERS:
+    for controller in logged_by:
         for name in controllers.replica_names(bed, controller):
             log = supervisor.log(name)
             if log.exists():

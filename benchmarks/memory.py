@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import threading
 import time
 
 import common
@@ -24,40 +23,8 @@ COMPONENTS = (f"{keys.LWS_CONTROLLER}-0", f"{keys.GUARDIAN_CONTROLLER}-0", "lws-
 SETTLE_SECONDS = 10.0
 
 
-def rss_mib(pid: int) -> float:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
 def sample(bed: cluster.Testbed) -> dict[str, float]:
-    return {component: rss_mib(common.pid_of(bed, component)) for component in COMPONENTS}
-
-
-class PeakSampler:
-    """Samples RSS every `every` seconds on a thread of its own while a phase runs; keeps the highest value."""
-
-    def __init__(self, bed: cluster.Testbed, every: float = 2.0) -> None:
-        self.bed = bed
-        self.every = every
-        self.peak = dict.fromkeys(COMPONENTS, 0.0)
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            for component, rss in sample(self.bed).items():
-                self.peak[component] = max(self.peak[component], rss)
-            self._done.wait(self.every)
-
-    def __enter__(self) -> PeakSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._done.set()
-        self._thread.join()
+    return common.rss(bed, COMPONENTS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", type=int, default=100, help="groups (replicas) per LWS, 2 pods each")
     common.add_common_arguments(parser, "memory")
     arguments = parser.parse_args(argv)
-    bed = common.testbed(arguments.state_dir)
+    bed = common.running_testbed(arguments.state_dir)
     common.header("memory", bed)
     api = bed.api()
     time.sleep(SETTLE_SECONDS)
@@ -78,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{pods} pods created and ungated in {time.monotonic() - started:.0f} s", flush=True)
         time.sleep(SETTLE_SECONDS)
         loaded = sample(bed)
-        with PeakSampler(bed) as deleting:
+        with common.PeakSampler(bed, COMPONENTS) as deleting:
             for index in range(arguments.workloads):
                 common.delete_lws(api, ns, f"model-{index}")
             common.wait_drained(api, ns, timeout=300 + pods * 0.2)
@@ -115,17 +82,8 @@ def main(argv: list[str] | None = None) -> None:
 def plot(
     idle: dict[str, float], loaded: dict[str, float], deleting: dict[str, float], pods: int, path: pathlib.Path
 ) -> None:
-    figure = common.figure(width=7)
-    axes = figure.axes[0]
-    positions = range(len(COMPONENTS))
     phases = [("idle", idle), (f"{pods:,} pods", loaded), ("peak while deleting", deleting)]
-    for offset, (label, values) in zip((-0.27, 0.0, 0.27), phases, strict=True):
-        axes.bar([p + offset for p in positions], [values[c] for c in COMPONENTS], width=0.27, label=label)
-    axes.set_xticks(list(positions), list(COMPONENTS))
-    axes.set_ylabel("RSS, MiB")
-    axes.grid(axis="y", alpha=0.3)
-    axes.legend()
-    common.save(figure, path, "Resident memory: mnnvl's controllers vs the LWS manager")
+    common.rss_plot(COMPONENTS, phases, path, "Resident memory: mnnvl's controllers vs the LWS manager")
 
 
 if __name__ == "__main__":

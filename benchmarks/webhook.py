@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     common.add_common_arguments(parser, "webhook")
     arguments = parser.parse_args(argv)
-    bed = common.testbed(arguments.state_dir)
+    bed = common.running_testbed(arguments.state_dir)
     common.header("webhook", bed)
     api = kube.Kube(bed.api().api, field_manager="mnnvl-bench", attempts=1)  # a failed create is counted, not retried
     total = int(arguments.rate * arguments.seconds)

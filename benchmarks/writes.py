@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     common.add_common_arguments(parser, "writes")
     arguments = parser.parse_args(argv)
     groups: int = arguments.groups
-    bed = common.testbed(arguments.state_dir)
+    bed = common.running_testbed(arguments.state_dir)
     common.header("writes", bed)
     api = bed.api()
     log = cluster.audit_log(bed.state_dir)
