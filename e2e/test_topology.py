@@ -478,6 +478,39 @@ def test_the_census_follows_pods_holding_channels(kai: cluster.Testbed, name: st
         wait_metric(replica, f'mnnvl_clique_channel_nodes{{clique="{clique}"}}', 0)
 
 
+def test_a_gpu_pod_that_finishes_leaves_the_watch_and_frees_its_node(kai: cluster.Testbed, name: str) -> None:
+    """The pod watch carries non-terminal pods only (`state.POD_FIELD_SELECTOR`): a GPU pod that finishes leaves the
+    selection, which the API server reports as a deletion, and its node is free again while the pod still exists."""
+    api = kai.api()
+    run(kai)
+    home, nodes = wholly_free_clique(api)
+    with testing.namespace(api, "finished") as ns:
+        api.create(gpu_pod(ns, "trainer", nodeName=nodes[0], restartPolicy="Never"), "pods")
+        path = kube.path_of("v1", "pods", namespace=ns, name="trainer")
+        testing.wait_for(
+            lambda: (clique_count(api, home) or {}).get("freeNodes") == len(nodes) - 1,
+            what=f"clique {home} to have one node taken",
+            timeout=TIMEOUT,
+            state=lambda: str(clique_count(api, home)),
+        )
+        # Finished as its kubelet would report it, once kwok has made it run (a terminal pod cannot go back).
+        testing.wait_for(
+            lambda: (api.get("v1", "pods", "trainer", namespace=ns) or {}).get("status", {}).get("phase") == "Running",
+            what="the pod to run",
+            timeout=TIMEOUT,
+        )
+        api.patch(f"{path}/status", {"status": {"phase": "Succeeded"}})
+        testing.wait_for(
+            lambda: (clique_count(api, home) or {}).get("freeNodes") == len(nodes),
+            what=f"clique {home} to be free again",
+            timeout=TIMEOUT,
+            state=lambda: str(clique_count(api, home)),
+        )
+        finished = api.get("v1", "pods", "trainer", namespace=ns)
+        assert finished is not None
+        assert finished["status"]["phase"] == "Succeeded"
+
+
 def test_a_group_larger_than_any_cliques_free_nodes_gets_a_warning(kai: cluster.Testbed, name: str, ns: str) -> None:
     """If Pods remain Pending, verify that one clique has enough free nodes for the entire gang."""
     api = kai.api()
