@@ -280,6 +280,9 @@ def test_a_domain_whose_leader_is_not_seen_yet_is_kept_while_its_group_is_asked_
         assert planner.plan(build.snapshot(domains_=(awaited,), workload_=workload)).delete == (D1,)
     other = domain_builders.domain(D1, owner_uid="uid-of-an-earlier-incarnation")
     assert planner.plan(build.snapshot(domains_=(other,), workload_=build.workload(replicas=2))).delete == (D1,)
+    # opted out: its new leaders carry no scope label, so the stores never see them, and nothing waits for them
+    opted_out = dataclasses.replace(build.workload(replicas=2), opted_in=False)
+    assert planner.plan(build.snapshot(domains_=(awaited,), workload_=opted_out)).delete == (D1,)
 
 
 def test_once_the_groups_leader_is_seen_a_domain_it_does_not_record_is_obsolete() -> None:

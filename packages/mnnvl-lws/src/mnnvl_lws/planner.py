@@ -7,8 +7,8 @@ Rules (the user contract):
   replaces it;
 - a domain with that name that this LWS does not manage is never adopted: warn, and keep the group gated;
 - release pods to the scheduler once their domain is ready (a worker only onto its live leader's domain);
-- a domain of a group whose leader pod the stores do not hold is kept while the group is one the LWS asks for:
-  the pod webhook creates a leader's domain at admission, and the leader may not have been seen yet;
+- a domain of a group whose leader pod the stores do not hold is kept while the group is one the opted-in LWS
+  asks for: the pod webhook creates a leader's domain at admission, and the leader may not have been seen yet;
 - a domain is obsolete once no live leader records it (group restarted or replaced, rolling update,
   scale-down, LWS deleted) and it is not so kept; it goes (by the fenced deletion) only when no non-terminal pod
   holds its claim or records it, and then its protection finalizer is let go;
@@ -132,11 +132,14 @@ def plan(snapshot: Snapshot) -> plans.Plan:
 
 
 def awaiting_leader(snapshot: Snapshot, workload: LeaderWorkerSetFacts) -> set[str]:
-    """The domains of this LWS incarnation whose group it still asks for and whose leader pod the stores do not
-    hold: a new leader may be admitted (the webhook created its domain) and not seen yet. A leader's name is its
-    group's, so while the stores hold one (even finished) no other can exist, and a domain it does not record is
-    obsolete. A domain already marked or being deleted is not kept: no admission names it any more, and its
-    deletion stays fenced."""
+    """The domains of this opted-in LWS incarnation whose group it still asks for and whose leader pod the stores
+    do not hold: a new leader may be admitted (the webhook created its domain) and not seen yet. A leader's name is
+    its group's, so while the stores hold one (even finished) no other can exist, and a domain it does not record
+    is obsolete. The stores hold only pods stamped for the scope: once the LWS opted out, its new leaders are not
+    seen at all, so nothing is kept for them. A domain already marked or being deleted is not kept either: no
+    admission names it any more, and its deletion stays fenced."""
+    if not workload.opted_in:
+        return set()
     led = {p.group for p in snapshot.pods if p.is_leader}
     return {
         found.name
