@@ -52,6 +52,8 @@ from mnnvl_runtime import kube
 
 TEMPLATE_API = "resource.k8s.io/v1"
 READY = "Ready"
+#: How long a measured step keeps watching, once both sides are done, for domains to be seen Ready.
+READY_GRACE_SECONDS = 10.0
 
 
 def _span(start: float | None, end: float | None) -> float | None:
@@ -189,11 +191,19 @@ class Chain:
         """Incarnations both sides have finished: ungated, and with their worker StatefulSet."""
         return sum(1 for g in self.groups() if g.ungated is not None and g.worker_set is not None)
 
+    def unready(self) -> int:
+        """Incarnations whose domain has been seen, but not yet Ready."""
+        return sum(1 for g in self.groups() if g.domain is not None and g.ready is None)
+
     def wait(self, expected: int, timeout: float) -> None:
-        """Until `expected` incarnations are finished, or `timeout` seconds; what is missing is reported, not
-        raised: a benchmark measures what happened."""
+        """Until `expected` incarnations are finished, or `timeout` seconds; then up to READY_GRACE_SECONDS more
+        for their domains to be seen Ready (mnnvl does not wait for it, so it can come after both sides are done).
+        What is missing is reported, not raised: a benchmark measures what happened."""
         deadline = time.monotonic() + timeout
         while self.finished() < expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        deadline = min(deadline, time.monotonic() + READY_GRACE_SECONDS)
+        while self.unready() and time.monotonic() < deadline:
             time.sleep(0.05)
 
 

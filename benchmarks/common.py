@@ -50,13 +50,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, scenario: str) -> None
 
 
 def running_testbed(
-    state_dir: pathlib.Path, *, started: Sequence[str] = CONTROLLERS, topology_crds: str | None = None
+    state_dir: pathlib.Path,
+    *,
+    started: Sequence[str] = CONTROLLERS,
+    topology_crds: str | None = None,
+    nodes: int = cluster.DEFAULT_NODES,
 ) -> cluster.Testbed:
     """The testbed (reused, or started) with the `started` controllers (default mnnvl-lws and mnnvl-guardian)
     freshly (re)started from this source tree, gate enabled, so a run measures the code checked out now;
     `topology_crds` (a key of `versions.TOPOLOGY_CRDS`) installs KAI's and Grove's CRDs first, which
-    mnnvl-topology needs."""
-    bed = cluster.up(state_dir, topology_crds=topology_crds, echo=True)
+    mnnvl-topology needs; a testbed of fewer than `nodes` fake nodes grows to that many (none is ever removed)."""
+    bed = cluster.up(state_dir, nodes=nodes, topology_crds=topology_crds, echo=True)
     for controller in started:
         controllers.start(bed, controller, gate=True)
     return bed
