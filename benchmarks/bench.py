@@ -2,10 +2,16 @@
 
 Scenarios:
   stores   (the default) per-event cost of each controller on in-memory clusters of growing size; no testbed
-  ungate   bursts of new groups: time to mnnvl's gate removal against upstream LWS's worker StatefulSet
+  ungate   bursts of new groups: time to mnnvl's gate removal against upstream LWS's worker StatefulSet, and
+           the NVIDIA driver's part of that time (domain to claim template)
+  restart  restarted, rolled and added groups of a running LWS: the same, per new leader incarnation
+  slices   bursts of DisaggregatedSet slices: time to mnnvl-ds's gate removal per leader, against upstream's
+           worker StatefulSet
   writes   API writes per group lifecycle by mnnvl-lws and mnnvl-guardian, from the API server's audit log
   webhook  latency mnnvl's pod webhook adds to pod creation at a steady rate
   memory   RSS of mnnvl-lws and mnnvl-guardian against the LWS manager's, idle and with thousands of pods
+  topology-memory
+           RSS of mnnvl-topology against the LWS manager's, idle and with tens of thousands of unrelated pods
   cli      kubectl mnnvl status, gc and explain with thousands of pods, against one list of the same pods
 
 `./dev bench <scenario> --help` lists a scenario's arguments. Testbed scenarios start (or reuse) a testbed of
@@ -22,9 +28,12 @@ import sys
 SCENARIOS = {
     "stores": "watch_stores",
     "ungate": "ungate",
+    "restart": "restart",
+    "slices": "slices",
     "writes": "writes",
     "webhook": "webhook",
     "memory": "memory",
+    "topology-memory": "topology_memory",
     "cli": "cli",
 }
 
