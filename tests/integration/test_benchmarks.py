@@ -43,6 +43,15 @@ def test_ungate_reports_latencies_of_small_bursts(testbed: cluster.Testbed, tmp_
     assert len(number_rows(run(testbed, tmp_path, "ungate", "--bursts", "1", "3"))) == 2
 
 
+def test_restart_reports_latencies_of_each_step(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
+    output = run(testbed, tmp_path, "restart", "--groups", "2", "--restarts", "1", "--scale-up", "1")
+    assert len(number_rows(output)) == 3
+
+
+def test_slices_reports_latencies_of_a_small_burst(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
+    assert len(number_rows(run(testbed, tmp_path, "slices", "--bursts", "2", "--roles", "2"))) == 1
+
+
 def test_writes_reports_writes_per_group(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
     assert number_rows(run(testbed, tmp_path, "writes", "--groups", "2"))
 
@@ -53,6 +62,10 @@ def test_webhook_reports_added_latency(testbed: cluster.Testbed, tmp_path: pathl
 
 def test_memory_reports_rss_ratios(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
     assert number_rows(run(testbed, tmp_path, "memory", "--workloads", "1", "--groups", "3"))
+
+
+def test_topology_memory_reports_rss_ratios(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
+    assert number_rows(run(testbed, tmp_path, "topology-memory", "--pods", "20", "--per-deployment", "10"))
 
 
 def test_cli_reports_command_times_against_a_pod_list(testbed: cluster.Testbed, tmp_path: pathlib.Path) -> None:
