@@ -450,16 +450,47 @@ def lws_lease_taken(api: kube.Kube, replica: controllers.Replica) -> Iterator[No
 
 def leader_behind_a_foreign_domain(api: kube.Kube, ns: str, replica: controllers.Replica, name: str = "clash") -> str:
     """An opted-in LWS `name` of one group whose leader's domain name a foreign ComputeDomain takes first (put in place
-    while the test holds mnnvl-lws's Lease, so nothing reconciles meanwhile); the domain's name."""
-    with lws_lease_taken(api, replica):
+    while the test holds mnnvl-lws's Lease, so nothing reconciles meanwhile, and while a ResourceQuota of no
+    ComputeDomains refuses the create the pod webhook starts at admission); the domain's name."""
+    with lws_lease_taken(api, replica), no_domains_created(api, ns):
         create_lws(api, ns, lws_manifest(name, replicas=1, size=2))
         leader = testing.wait_for(
             lambda: api.get("v1", "pods", f"{name}-0", namespace=ns), what="the leader pod", timeout=60
         )
         domain = domain_of(leader)
         assert domain is not None
-        create_foreign_domain(api, ns, domain, {"team": "someone-else"})
+    create_foreign_domain(api, ns, domain, {"team": "someone-else"})
     return domain
+
+
+@contextlib.contextmanager
+def no_domains_created(api: kube.Kube, ns: str) -> Iterator[None]:
+    """While inside, a ResourceQuota refuses every new ComputeDomain in `ns` (once the quota controller has counted
+    them: until then the API server does not enforce it)."""
+    quota = f"count/{keys.COMPUTE_DOMAIN_PLURAL}.{keys.COMPUTE_DOMAIN_GROUP}"
+    path = kube.path_of("v1", "resourcequotas", namespace=ns)
+    api.request(
+        "POST",
+        path,
+        body={
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-domains"},
+            "spec": {"hard": {quota: "0"}},
+        },
+    )
+    testing.wait_for(
+        lambda: (
+            quota
+            in ((api.get("v1", "resourcequotas", "no-domains", namespace=ns) or {}).get("status") or {}).get("hard", {})
+        ),
+        what="the quota of no ComputeDomains in force",
+        timeout=60,
+    )
+    try:
+        yield
+    finally:
+        api.request("DELETE", f"{path}/no-domains")
 
 
 @contextlib.contextmanager

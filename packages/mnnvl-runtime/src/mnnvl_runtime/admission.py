@@ -350,7 +350,7 @@ async def create_domain(
         if error.status != 409:
             log.warning("compute domain not created at admission", extra={**fields, "error": str(error)})
         return False
-    metrics.DOMAINS_CREATED.labels(scope=scope).inc()
+    metrics.DOMAINS_CREATED_AT_ADMISSION.labels(scope=scope).inc()
     log.info("compute domain created at admission", extra=fields)
     await posting.post(
         client,

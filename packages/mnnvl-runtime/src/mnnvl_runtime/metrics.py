@@ -59,7 +59,13 @@ GATE_DURATION = prometheus_client.Histogram(
     registry=REGISTRY,
 )
 DOMAINS_CREATED = prometheus_client.Counter(
-    "mnnvl_compute_domains_created_total", "ComputeDomains created", ["scope"], registry=REGISTRY
+    "mnnvl_compute_domains_created_total", "ComputeDomains created by reconciliation", ["scope"], registry=REGISTRY
+)
+DOMAINS_CREATED_AT_ADMISSION = prometheus_client.Counter(
+    "mnnvl_compute_domains_created_at_admission_total",
+    "ComputeDomains created by the pod webhook once a pod's admission named them",
+    ["scope"],
+    registry=REGISTRY,
 )
 DOMAINS_DELETED = prometheus_client.Counter(
     "mnnvl_compute_domains_deleted_total",
