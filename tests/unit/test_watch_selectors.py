@@ -1,4 +1,4 @@
-"""Each controller's watches reach the API server with the label selectors its stores declare
+"""Each controller's watches reach the API server with the label and field selectors its stores declare
 (`mnnvl_runtime.watches`): objects no handler would accept are never sent. Top-level: it reads every controller."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ COMPUTE_DOMAINS = kopf.Resource(
 LEADER_WORKER_SETS = kopf.Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", kind="LeaderWorkerSet")
 CONTROLLER_REVISIONS = kopf.Resource("apps", "v1", "controllerrevisions", kind="ControllerRevision")
 MANAGED = f"{keys.MANAGED_BY_LABEL} in ({keys.DS_CONTROLLER},{keys.LWS_CONTROLLER})"
+LWS, DS = lws_scope.CONTROLLER.watch_selectors, ds_scope.CONTROLLER.watch_selectors
+GUARDIAN = guardian_handlers.WATCH_SELECTORS
 
 
 def watch_selectors(selectors: controller.WatchSelectors) -> kopf.OperatorSettings:
@@ -34,28 +36,24 @@ def watch_selectors(selectors: controller.WatchSelectors) -> kopf.OperatorSettin
 
 
 @pytest.mark.parametrize(
-    ("selectors", "resource", "expected"),
+    ("selectors", "resource", "labels", "fields"),
     [
-        pytest.param(lws_scope.CONTROLLER.watch_selectors, PODS, [keys.SCOPE_LABEL], id="lws-pods"),
-        pytest.param(lws_scope.CONTROLLER.watch_selectors, COMPUTE_DOMAINS, [], id="lws-sees-every-domain"),
-        pytest.param(lws_scope.CONTROLLER.watch_selectors, LEADER_WORKER_SETS, [], id="lws-workloads"),
+        pytest.param(LWS, PODS, [keys.SCOPE_LABEL], [], id="lws-pods"),
+        pytest.param(LWS, COMPUTE_DOMAINS, [], [], id="lws-sees-every-domain"),
+        pytest.param(LWS, LEADER_WORKER_SETS, [], [], id="lws-workloads"),
         pytest.param(
-            lws_scope.CONTROLLER.watch_selectors,
-            CONTROLLER_REVISIONS,
-            [keys.LWS_TEMPLATE_REVISION_HASH_LABEL],
-            id="lws-template-revisions",
+            LWS, CONTROLLER_REVISIONS, [keys.LWS_TEMPLATE_REVISION_HASH_LABEL], [], id="lws-template-revisions"
         ),
-        pytest.param(
-            ds_scope.CONTROLLER.watch_selectors, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], id="ds-pods"
-        ),
-        pytest.param(ds_scope.CONTROLLER.watch_selectors, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], id="ds-children"),
-        pytest.param(ds_scope.CONTROLLER.watch_selectors, COMPUTE_DOMAINS, [], id="ds-sees-every-domain"),
-        pytest.param(guardian_handlers.WATCH_SELECTORS, PODS, [keys.SCOPE_LABEL], id="guardian-pods"),
-        pytest.param(guardian_handlers.WATCH_SELECTORS, COMPUTE_DOMAINS, [MANAGED], id="guardian-managed-domains"),
+        pytest.param(DS, PODS, [f"{keys.SCOPE_LABEL}={keys.SCOPE_SLICE}"], [], id="ds-pods"),
+        pytest.param(DS, LEADER_WORKER_SETS, [keys.DS_NAME_LABEL], [], id="ds-children"),
+        pytest.param(DS, COMPUTE_DOMAINS, [], [], id="ds-sees-every-domain"),
+        pytest.param(GUARDIAN, PODS, [keys.SCOPE_LABEL], [], id="guardian-pods"),
+        pytest.param(GUARDIAN, COMPUTE_DOMAINS, [MANAGED], [], id="guardian-managed-domains"),
     ],
 )
 def test_the_api_server_filters_what_each_controller_watches(
-    selectors: controller.WatchSelectors, resource: kopf.Resource, expected: list[str]
+    selectors: controller.WatchSelectors, resource: kopf.Resource, labels: list[str], fields: list[str]
 ) -> None:
     """The selectors reach kopf's watch requests for exactly the resources they name."""
-    assert watch_selectors(selectors).watching.label_selectors.collect(resource) == expected
+    watching = watch_selectors(selectors).watching
+    assert (watching.label_selectors.collect(resource), watching.field_selectors.collect(resource)) == (labels, fields)

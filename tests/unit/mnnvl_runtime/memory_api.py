@@ -3,9 +3,10 @@
 It keeps what the safety argument relies on and nothing more: resourceVersions that change on every write,
 JSON-patch `test` failures as 422, DELETE preconditions as 409, finalizers holding a deleted object, a pod's
 graceful deletion, field managers recorded in `managedFields` at creation and when someone applies labels under
-their own, label selectors, and a log of watch events that every watch stream reads at its own pace. The NVIDIA
-driver is simulated as the real one behaves: a domain's claim template exists from its creation, and teardown
-starts as soon as the domain is marked for deletion, so any pod still using it then is recorded.
+their own, label selectors, `status.phase!=` field selectors on lists, and a log of watch events that every watch
+stream reads at its own pace. The NVIDIA driver is simulated as the real one behaves: a domain's claim template
+exists from its creation, and teardown starts as soon as the domain is marked for deletion, so any pod still using
+it then is recorded.
 
 A controller's writes do not land when they are sent: each becomes a `Request` in flight, and the harness decides
 when (if ever) it reaches the API server and whether its sender hears the answer. This is what a Lease cannot
@@ -99,6 +100,19 @@ def selects(selector: str | None, labels: Mapping[str, str]) -> bool:
             continue
         key, is_equal, value = term.partition("=")
         if key and (key not in labels or (is_equal and labels[key] != value)):
+            return False
+    return True
+
+
+def field_selects(selector: str | None, body: Object) -> bool:
+    """Whether a field selector of the one form the controllers use (`status.phase!=Phase`, comma-joined) matches.
+    Any other term is refused: ignoring it would select every object, and a test could pass on a list the real API
+    server would have narrowed."""
+    for term in filter(None, (selector or "").split(",")):
+        field, is_not, value = term.partition("!=")
+        if not is_not or field.strip() != "status.phase":
+            raise ValueError(f"the in-memory API server applies `status.phase!=` field selectors only, not {term!r}")
+        if (body.get("status") or {}).get("phase") == value.strip():
             return False
     return True
 
@@ -243,11 +257,11 @@ class MemoryApi:
         """The stored objects of `plural` themselves, not copies (as `peek`)."""
         return [body for (p, _, _), body in self.objects.items() if p == plural]
 
-    def all(self, plural: str, selector: str | None = None) -> list[Object]:
+    def all(self, plural: str, selector: str | None = None, *, fields: str | None = None) -> list[Object]:
         return [
             copy.deepcopy(body)
             for (p, _, _), body in self.objects.items()
-            if p == plural and selects(selector, body["metadata"].get("labels") or {})
+            if p == plural and selects(selector, body["metadata"].get("labels") or {}) and field_selects(fields, body)
         ]
 
     # --- requests in flight ----------------------------------------------------------------------------
@@ -366,6 +380,7 @@ class MemoryClient:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         after: str | None = None,
     ) -> kube.Page:
         """Pages of `page_size` objects in key order (namespace, name), all from the snapshot the first page took,
@@ -376,7 +391,7 @@ class MemoryClient:
             listed = sorted(
                 (
                     b
-                    for b in self.api.all(plural, label_selector)
+                    for b in self.api.all(plural, label_selector, fields=field_selector)
                     if namespace in (None, b["metadata"].get("namespace"))
                 ),
                 key=lambda b: (b["metadata"].get("namespace", ""), b["metadata"]["name"]),

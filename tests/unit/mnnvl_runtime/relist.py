@@ -39,6 +39,12 @@ class Stream:
     #: Told the keys each event touched (`Mirror.observe`), as the controller's handler would queue them.
     touched: Callable[[list[Any]], None] = lambda keys: None
 
+    def __post_init__(self) -> None:
+        # An object leaving a field selection is a deletion on the watch, which the event log does not record: a
+        # stream that ignored the selector would deliver what the API server never sends.
+        if self.mirror.resource.field_selector is not None:
+            raise ValueError(f"a stream applies label selectors only: {self.mirror.resource}")
+
     def pending(self) -> Iterator[tuple[int, str, Object]]:
         """The events the stream has not delivered yet: (position in the log, event type, object)."""
         resource = self.mirror.resource

@@ -153,3 +153,32 @@ def test_the_barrier_opens_only_once_every_store_holds_a_complete_list() -> None
 async def _until(condition: Any) -> None:
     while not condition():
         await asyncio.sleep(0)
+
+
+def test_a_resync_asks_the_api_server_for_what_the_watch_selects() -> None:
+    """Every page of a resync's list carries the resource's label and field selectors, so the list and the watch see
+    the same objects: a tracked object the list leaves out is one the watch no longer sends."""
+    asked: list[tuple[str, dict[str, str]]] = []
+    pages: list[kube.Object] = [
+        {"metadata": {"resourceVersion": "9", "continue": "next"}, "items": [body("a", 5)]},
+        {"metadata": {"resourceVersion": "9"}, "items": []},
+    ]
+
+    def request(method: str, path: str, *, query: dict[str, str] | None = None, **_: Any) -> kube.Object:
+        asked.append((path, dict(query or {})))
+        return pages[len(asked) - 1]
+
+    client = kube.Kube(None, field_manager="mnnvl-topology", max_workers=1)  # type: ignore[arg-type]
+    client.request = request  # type: ignore[method-assign]
+    live = "status.phase!=Failed,status.phase!=Succeeded"
+    recorder = Recorder()
+    watched = stores.Mirror(
+        stores.Resource(api_version="v1", plural="pods", label_selector="example.com/scope", field_selector=live),
+        recorder.apply,
+    )
+    watched.observe(body("finished", 4), deleted=False)
+    sync = stores.StoreSync(client, [watched], every=3600, touched=lambda _: None)
+    assert asyncio.run(sync.resync(watched))
+    selected = {"labelSelector": "example.com/scope", "fieldSelector": live, "limit": str(kube.LIST_PAGE_SIZE)}
+    assert asked == [("/api/v1/pods", selected), ("/api/v1/pods", selected | {"continue": "next"})]
+    assert recorder.held == {"a": 5}

@@ -1,4 +1,4 @@
-"""Watches declared once: a store's mirror yields its kopf handler, the handler's label filter and the selector the
+"""Watches declared once: a store's mirror yields its kopf handler, the handler's label filter and the selectors the
 API server applies (`mnnvl_runtime.watches`)."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any
 import kopf
 import pytest
 
-from mnnvl_runtime import stores, watches
+from mnnvl_runtime import controller, stores, watches
 
 POD = stores.Resource(api_version="v1", plural="pods", label_selector="example.com/scope=slice")
 DOMAIN = stores.Resource(api_version="resource.nvidia.com/v1beta1", plural="computedomains")
+LIVE = "status.phase!=Failed,status.phase!=Succeeded"
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,7 @@ def test_register_declares_one_handler_per_mirror_and_returns_the_selectors() ->
     queued: list[list[str]] = []
     also = {"computedomains": lambda body, deleted: ["also"] if deleted else []}
     selectors = watches.register(registry, mirrors, queued.append, also=also)
-    assert selectors == {"pods": "example.com/scope=slice"}
+    assert selectors == {"pods": controller.WatchSelector(labels="example.com/scope=slice")}
     handlers: dict[str, Any] = {str(handler.id): handler for handler in registry._watching.get_all_handlers()}
     assert sorted(handlers) == ["computedomains", "pods"]
     assert handlers["pods"].labels == {"example.com/scope": "slice"}
@@ -74,3 +75,30 @@ def test_register_declares_one_handler_per_mirror_and_returns_the_selectors() ->
 def test_a_core_resource_is_named_by_its_plural_and_any_other_by_group_version_plural() -> None:
     assert watches.selector_key(POD) == "pods"
     assert watches.selector_key(DOMAIN) == ("resource.nvidia.com", "v1beta1", "computedomains")
+
+
+@pytest.mark.parametrize(
+    ("resource", "expected"),
+    [
+        pytest.param(
+            stores.Resource(api_version="v1", plural="pods", field_selector=LIVE),
+            controller.WatchSelector(fields=LIVE),
+            id="fields-only",
+        ),
+        pytest.param(
+            stores.Resource(api_version="v1", plural="pods", label_selector="example.com/scope", field_selector=LIVE),
+            controller.WatchSelector(labels="example.com/scope", fields=LIVE),
+            id="both",
+        ),
+    ],
+)
+def test_a_field_selector_reaches_the_watch_selectors_and_filters_nothing_client_side(
+    resource: stores.Resource, expected: controller.WatchSelector
+) -> None:
+    """The API server alone applies a field selector (the handler gets no filter for it): nothing the watch sends
+    fails it, not even the deletion reporting that a pod left the selection, which carries the pod as it was."""
+    registry = kopf.OperatorRegistry()
+    selectors = watches.register(registry, [stores.Mirror(resource, lambda uid, body: [])], lambda keys: None)
+    assert selectors == {"pods": expected}
+    (handler,) = registry._watching.get_all_handlers()
+    assert (handler.field, handler.value, handler.when) == (None, None, None)

@@ -117,6 +117,7 @@ class Lister:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         after: str | None = None,
     ) -> kube.Page:
         answer: asyncio.Future[kube.Page] = asyncio.get_running_loop().create_future()

@@ -318,6 +318,7 @@ class PacedLists(MemoryClient):
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         after: str | None = None,
     ) -> kube.Page:
         index, _, offset = (after or "").partition(":")
@@ -325,7 +326,12 @@ class PacedLists(MemoryClient):
         self.asked = Asked(plural=plural, coming=coming, answer=asyncio.get_running_loop().create_future())
         await self.asked.answer  # raises the error the model chose
         page = await super().alist_page(
-            api_version, plural, namespace=namespace, label_selector=label_selector, after=after
+            api_version,
+            plural,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            after=after,
         )
         if page.next is None:
             self.finished.append((plural, self.snapshots[-1 if after is None else int(index)]))

@@ -1,5 +1,5 @@
 """What one controller process shares with its handlers and loops: its `Context` (kopf's `memo.context`), the
-label selectors of its watches, and the loops it runs for good, which the liveness probe watches
+selectors of its watches, and the loops it runs for good, which the liveness probe watches
 (`watch_tasks`). The process bootstrap (`operator`) makes them; everything else only reads them."""
 
 from __future__ import annotations
@@ -37,10 +37,20 @@ def context_of(memo: Any) -> Context:
     return found
 
 
-#: Label selectors the API server applies to a controller's watches, by resource as kopf's handler decorators
-#: name it ("pods", or (group, version, plural)): objects no handler would accept are then never sent at all,
-#: which is what keeps a controller's watch cost independent of the cluster's other pods.
-WatchSelectors = Mapping[str | tuple[str, str, str], str]
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WatchSelector:
+    """The selectors the API server applies to one resource's watch (and the stores' lists of it, which select the
+    same objects). Both are passed through as written; kopf joins them to any others with "and"."""
+
+    labels: str | None = None
+    #: On the fields the API server indexes for the resource (for pods: `status.phase`, `spec.nodeName`, ...).
+    fields: str | None = None
+
+
+#: The selectors the API server applies to a controller's watches, by resource as kopf's handler decorators name it
+#: ("pods", or (group, version, plural)): objects no handler would accept are then never sent at all, which is what
+#: keeps a controller's watch cost independent of the cluster's other pods.
+WatchSelectors = Mapping[str | tuple[str, str, str], WatchSelector]
 
 
 #: The loops this process runs for good, as `watch_tasks` registered them; one process runs one controller.

@@ -172,6 +172,7 @@ class Api(Protocol):
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         after: str | None = None,
     ) -> Page: ...
 
@@ -270,6 +271,7 @@ class Kube:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         after: str | None = None,
     ) -> Page:
         """One page of a collection (all namespaces when `namespace` is None); `after`: the previous page's
@@ -278,6 +280,8 @@ class Kube:
         query = {"limit": str(LIST_PAGE_SIZE)}
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         if after:
             query["continue"] = after
         listed = self.request("GET", path_of(api_version, plural, namespace=namespace), query=query)
@@ -373,10 +377,17 @@ class Kube:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         after: str | None = None,
     ) -> Page:
         return await self._off_loop(
-            self.list_page, api_version, plural, namespace=namespace, label_selector=label_selector, after=after
+            self.list_page,
+            api_version,
+            plural,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            after=after,
         )
 
     async def acreate(self, manifest: Object, plural: str) -> Object:
@@ -396,14 +407,25 @@ class Kube:
 
 
 async def pages(
-    api: Api, api_version: str, plural: str, *, namespace: str | None = None, label_selector: str | None = None
+    api: Api,
+    api_version: str,
+    plural: str,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
 ) -> AsyncIterator[Page]:
     """The pages of one consistent list, one at a time. A continuation that fails (after the client's
     retries) ends the list with that error: the caller starts over."""
     after: str | None = None
     while True:
         page = await api.alist_page(
-            api_version, plural, namespace=namespace, label_selector=label_selector, after=after
+            api_version,
+            plural,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            after=after,
         )
         yield page
         if page.next is None:

@@ -34,11 +34,15 @@ def kopf_settings(
     keyfile: pathlib.Path | None,
     watch_selectors: controller.WatchSelectors,
 ) -> kopf.OperatorSettings:
-    """kopf's settings for one controller: own bookkeeping prefixes, no event posting, its webhook server (none
-    without a certificate: kopf would start one even with no webhook handler, and stop on the missing files)."""
+    """kopf's settings for one controller: its watches' selectors, own bookkeeping prefixes, no event posting, its
+    webhook server (none without a certificate: kopf would start one even with no webhook handler, and stop on the
+    missing files)."""
     operator = kopf.OperatorSettings()
     for resource, selector in watch_selectors.items():
-        operator.watching.label_selectors[resource] = selector
+        if selector.labels:
+            operator.watching.label_selectors[resource] = selector.labels
+        if selector.fields:
+            operator.watching.field_selectors[resource] = selector.fields
     operator.persistence.finalizer = who.kopf_finalizer
     operator.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=who.bookkeeping_prefix)
     operator.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -53,8 +53,9 @@ RESYNC_ERRORS = prometheus_client.Counter(
 class Resource:
     api_version: str
     plural: str
-    #: The same selector the watch uses, so the list and the watch see the same objects.
+    #: The same selectors the watch uses, so the list and the watch see the same objects.
     label_selector: str | None = None
+    field_selector: str | None = None
 
 
 def _version(body: Mapping[str, Any]) -> int | None:
@@ -170,7 +171,11 @@ class StoreSync(Generic[Key]):
         version = ""
         try:
             async for page in kube.pages(
-                self.client, resource.api_version, resource.plural, label_selector=resource.label_selector
+                self.client,
+                resource.api_version,
+                resource.plural,
+                label_selector=resource.label_selector,
+                field_selector=resource.field_selector,
             ):
                 touched += mirror.take_page(page.items)
                 version = page.resource_version

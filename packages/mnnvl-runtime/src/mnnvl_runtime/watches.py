@@ -1,6 +1,9 @@
-"""Watches declared once: each store's `Mirror` names its resource and label selector, and from it come the kopf
-event handler that feeds the mirror, the handler's label filter, and the selector the API server applies to the
-watch and its lists (`controller.WatchSelectors`).
+"""Watches declared once: each store's `Mirror` names its resource and its label and field selectors, and from it
+come the kopf event handler that feeds the mirror, the handler's label filter, and the selectors the API server
+applies to the watch and its lists (`controller.WatchSelectors`).
+
+A field selector has no client-side twin: the API server alone applies it. None is needed, because an object that
+leaves a watch's selection is reported as a deletion carrying the object as it was before, which still matched.
 
 The handlers are `async` (they do no I/O) so that they run on the event loop thread, like the reconciler that
 reads the stores and the work queue they feed; kopf would run sync ones in threads."""
@@ -68,8 +71,8 @@ def register(
     also: Mapping[str, Also[Key]] | None = None,
 ) -> controller.WatchSelectors:
     """One kopf event handler per mirror (its id the resource's plural), each feeding its mirror and queueing the
-    keys the event touched; returns the label selectors of the watches."""
-    selectors: dict[str | tuple[str, str, str], str] = {}
+    keys the event touched; returns the selectors of the watches that have any."""
+    selectors: dict[str | tuple[str, str, str], controller.WatchSelector] = {}
     for mirror in mirrors:
         resource = mirror.resource
         group, _, version = resource.api_version.rpartition("/")
@@ -81,8 +84,10 @@ def register(
             id=resource.plural,
             registry=registry,
         )(_handler(mirror, enqueue, (also or {}).get(resource.plural)))
-        if resource.label_selector:
-            selectors[selector_key(resource)] = resource.label_selector
+        if resource.label_selector or resource.field_selector:
+            selectors[selector_key(resource)] = controller.WatchSelector(
+                labels=resource.label_selector, fields=resource.field_selector
+            )
     return selectors
 
 
