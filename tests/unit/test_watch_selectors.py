@@ -13,6 +13,8 @@ from mnnvl_ds import scope as ds_scope
 from mnnvl_guardian import handlers as guardian_handlers
 from mnnvl_lws import scope as lws_scope
 from mnnvl_runtime import controller, identity, operator
+from mnnvl_topology import handlers as topology_handlers
+from mnnvl_topology import state as topology_state
 
 PODS = kopf.Resource("", "v1", "pods", kind="Pod", namespaced=True)
 COMPUTE_DOMAINS = kopf.Resource(
@@ -20,9 +22,11 @@ COMPUTE_DOMAINS = kopf.Resource(
 )
 LEADER_WORKER_SETS = kopf.Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", kind="LeaderWorkerSet")
 CONTROLLER_REVISIONS = kopf.Resource("apps", "v1", "controllerrevisions", kind="ControllerRevision")
+NODES = kopf.Resource("", "v1", "nodes", kind="Node")
+TOPOLOGIES = kopf.Resource(keys.KAI_TOPOLOGY_GROUP, "v1alpha1", keys.KAI_TOPOLOGY_PLURAL, kind="Topology")
 MANAGED = f"{keys.MANAGED_BY_LABEL} in ({keys.DS_CONTROLLER},{keys.LWS_CONTROLLER})"
 LWS, DS = lws_scope.CONTROLLER.watch_selectors, ds_scope.CONTROLLER.watch_selectors
-GUARDIAN = guardian_handlers.WATCH_SELECTORS
+GUARDIAN, TOPOLOGY = guardian_handlers.WATCH_SELECTORS, topology_handlers.WATCH_SELECTORS
 
 
 def watch_selectors(selectors: controller.WatchSelectors) -> kopf.OperatorSettings:
@@ -49,6 +53,12 @@ def watch_selectors(selectors: controller.WatchSelectors) -> kopf.OperatorSettin
         pytest.param(DS, COMPUTE_DOMAINS, [], [], id="ds-sees-every-domain"),
         pytest.param(GUARDIAN, PODS, [keys.SCOPE_LABEL], [], id="guardian-pods"),
         pytest.param(GUARDIAN, COMPUTE_DOMAINS, [MANAGED], [], id="guardian-managed-domains"),
+        # No label selects the pods the census and the fit check need (GPU pods, pods of hand-made domains); the
+        # finished ones are left out.
+        pytest.param(TOPOLOGY, PODS, [], [topology_state.POD_FIELD_SELECTOR], id="topology-non-terminal-pods"),
+        pytest.param(TOPOLOGY, NODES, [], [], id="topology-sees-every-node"),
+        pytest.param(TOPOLOGY, COMPUTE_DOMAINS, [], [], id="topology-sees-every-domain"),
+        pytest.param(TOPOLOGY, TOPOLOGIES, [], [], id="topology-sees-every-topology"),
     ],
 )
 def test_the_api_server_filters_what_each_controller_watches(

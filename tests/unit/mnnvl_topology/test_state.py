@@ -3,14 +3,17 @@ census."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-import kopf
 import pytest
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import references
-from mnnvl_topology import census, handlers, state
+from mnnvl_runtime import stores as runtime_stores
+from mnnvl_topology import census, state
+
+from ..mnnvl_runtime import memory_api
 
 UNSCHEDULABLE = {
     "phase": "Pending",
@@ -182,40 +185,20 @@ def test_a_pod_the_api_server_leaves_out_is_one_the_stores_would_forget(body: di
     )
 
 
-def listed(*bodies: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        body | {"metadata": body["metadata"] | {"uid": body["metadata"]["name"], "resourceVersion": "5"}}
-        for body in bodies
-    ]
-
-
-def test_the_pod_stores_lists_are_narrowed_as_its_watch_is() -> None:
-    """A terminal pod in a list is not tracked (the watch would never report its deletion); a tracked pod that a list
-    shows finished is dropped, as a list the API server had narrowed would leave it out."""
-    stores = state.Stores()
-    mirror = stores.pod_mirror
-    gpu = pod("trainer", status=RUNNING, nodeName="a1", containers=GPU)
-    done = pod("done", status={"phase": "Succeeded"}, nodeName="a1", containers=GPU)
-    mirror.begin_list()
-    assert mirror.take_page(listed(gpu, done)) == [state.CENSUS]
-    assert mirror.finish_list("6") == ([], 0)
-    assert len(mirror) == 1
-    finished = gpu | {"status": {"phase": "Failed"}}
-    mirror.begin_list()
-    assert mirror.take_page(listed(finished, done)) == []
-    assert mirror.finish_list("7") == ([state.CENSUS], 1)
-    assert (len(mirror), stores.pods) == (0, {})
-
-
-def test_the_pod_watch_asks_the_api_server_for_non_terminal_pods_and_nothing_else_is_narrowed() -> None:
-    settings = kopf.OperatorSettings()
-    handlers.narrow_watches(settings)
-    pods = kopf.Resource("", "v1", "pods", kind="Pod", namespaced=True)
-    nodes = kopf.Resource("", "v1", "nodes", kind="Node")
-    topologies = kopf.Resource(keys.KAI_TOPOLOGY_GROUP, "v1alpha1", keys.KAI_TOPOLOGY_PLURAL, kind="Topology")
-    assert settings.watching.field_selectors.collect(pods) == [state.POD_FIELD_SELECTOR]
-    assert (
-        settings.watching.field_selectors.collect(nodes) == settings.watching.field_selectors.collect(topologies) == []
+def test_the_pod_stores_lists_are_narrowed_on_the_server_as_its_watch_is() -> None:
+    """The pod store's resource carries the watch's field selector, so the API server leaves the finished pods out of
+    its lists too: a terminal pod is never tracked (the watch would never report its deletion), and a tracked pod
+    that has finished since is dropped by the next list."""
+    found = state.Stores()
+    assert found.pod_mirror.resource.field_selector == state.POD_FIELD_SELECTOR
+    api = memory_api.MemoryApi()
+    api.put("pods", pod("trainer", status=RUNNING, nodeName="a1", containers=GPU), manager="kubelet")
+    api.put("pods", pod("done", status={"phase": "Succeeded"}, nodeName="a1", containers=GPU), manager="kubelet")
+    sync = runtime_stores.StoreSync(
+        api.client(keys.TOPOLOGY_CONTROLLER), [found.pod_mirror], every=3600, touched=lambda _: None
     )
-    # No label selects the pods the census and the fit check need (GPU pods, pods of hand-made domains).
-    assert handlers.WATCH_SELECTORS == {}
+    assert asyncio.run(sync.resync(found.pod_mirror))
+    assert (len(found.pod_mirror), [usage.name for usage in found.pods.values()]) == (1, ["trainer"])
+    api.update("pods", "ns", "trainer", lambda body: body["status"].update(phase="Failed"))
+    assert asyncio.run(sync.resync(found.pod_mirror))
+    assert (len(found.pod_mirror), found.pods) == (0, {})

@@ -70,24 +70,11 @@ async def start(memo: Any, **_: Any) -> None:
     memo["tasks"] = _topologist.loop.start(STORES.keys, every=every, then=running.on_resync)
 
 
-#: No label selectors: every node and every non-terminal pod is needed (see above); Topologies are few and all are
-#: looked at by name.
+#: No label selectors: every node and every non-terminal pod is needed (see above; the pods' field selector leaves
+#: the terminal ones out); Topologies are few and all are looked at by name.
 WATCH_SELECTORS = watches.register(
     state.registry, STORES.mirrors(compute_domains=True), lambda touched: topologist().enqueue(touched)
 )
-
-
-def narrow_watches(settings: kopf.OperatorSettings) -> None:
-    """Have the API server send the pod watch only non-terminal pods. The runtime passes kopf label selectors only;
-    kopf reads its field selectors each time it lists or opens a watch, so setting one here, before any watch is
-    opened, narrows every one."""
-    settings.watching.field_selectors[watches.selector_key(STORES.pod_mirror.resource)] = state.POD_FIELD_SELECTOR
-
-
-# Startup handlers run before kopf opens any watch.
-@kopf.on.startup(registry=state.registry, id="narrow-pod-watch")
-async def on_startup_narrow(settings: kopf.OperatorSettings, **_: Any) -> None:
-    narrow_watches(settings)
 
 
 # Bindings are read by name on each pass; their events only bring the next pass forward, so an edited binding is

@@ -5,7 +5,7 @@ on a queue pass, coalesced however many events came in."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
@@ -25,21 +25,12 @@ CENSUS: Final[Key] = ("census",)
 FIT: Final = "fit"
 SliceKey = tuple[str, str, str, str]  # namespace, DisaggregatedSet, slice, revision
 
-#: The pods the API server sends, on the watch and (see `PodMirror`) on the stores' lists: the non-terminal ones.
-#: No label selects what the census and the fit check need (GPU pods and pods of hand-made domains carry no label
-#: of ours), but a pod that has Succeeded or Failed is nothing to either, whatever it holds (`census.worth_keeping`
-#: is false for it), so it is never sent. A pod that finishes leaves the selection, which the watch reports as a
-#: deletion; no pod comes back from a terminal phase, so none is missed on re-entering.
+#: The pods the API server sends, on the watch and on the stores' lists: the non-terminal ones. No label selects
+#: what the census and the fit check need (GPU pods and pods of hand-made domains carry no label of ours), but a pod
+#: that has Succeeded or Failed is nothing to either, whatever it holds (`census.worth_keeping` is false for it), so
+#: it is never sent. A pod that finishes leaves the selection, which the watch reports as a deletion; no pod comes
+#: back from a terminal phase, so none is missed on re-entering.
 POD_FIELD_SELECTOR: Final = ",".join(f"status.phase!={phase}" for phase in sorted(references.TERMINAL_PHASES))
-
-
-class PodMirror(stores.Mirror[Key]):
-    """The pod store's mirror, its lists narrowed as its watch is (`POD_FIELD_SELECTOR`). The runtime's lists take a
-    label selector only, so terminal pods are left out of each page here: kept, each would wait for a later list to
-    drop it as a ghost, since the watch never reports its deletion."""
-
-    def take_page(self, items: Sequence[Mapping[str, Any]]) -> list[Key]:
-        return super().take_page([body for body in items if references.is_non_terminal(body)])
 
 
 @dataclasses.dataclass
@@ -66,7 +57,9 @@ class Stores:
 
     def __post_init__(self) -> None:
         self.node_mirror = stores.Mirror(stores.Resource(api_version="v1", plural="nodes"), self.apply_node)
-        self.pod_mirror = PodMirror(stores.Resource(api_version="v1", plural="pods"), self.apply_pod)
+        self.pod_mirror = stores.Mirror(
+            stores.Resource(api_version="v1", plural="pods", field_selector=POD_FIELD_SELECTOR), self.apply_pod
+        )
         self.domain_mirror = stores.Mirror(
             stores.Resource(api_version=keys.COMPUTE_DOMAIN_API_VERSION, plural=keys.COMPUTE_DOMAIN_PLURAL),
             self.apply_domain,
