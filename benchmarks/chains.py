@@ -74,6 +74,11 @@ class Group:
     ready: float | None
 
     @property
+    def admitted_ungated(self) -> bool:
+        """Whether the leader was never seen gated (its domain was ready when it was admitted)."""
+        return self.ungated == self.leader
+
+    @property
     def gated(self) -> float | None:
         return _span(self.leader, self.ungated)
 
