@@ -45,6 +45,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import common
+import matplotlib.figure
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import injection, references
@@ -265,6 +266,11 @@ def row(groups: Sequence[Group], expected: int) -> list[object]:
         _ms(groups, lambda g: g.to_ready, 50),
         max(expected - ungated, 0),
     ]
+
+
+def figure(columns: int) -> matplotlib.figure.Figure:
+    """One subplot per measured step, wide enough for the title above them even when there is only one."""
+    return common.figure(columns, width=max(5.0, 9.0 / columns))
 
 
 def plot(axes: Any, groups: Sequence[Group], title: str, *, upstream_label: str) -> None:

@@ -223,7 +223,7 @@ def step(
 
 
 def plot(measured: list[tuple[str, list[chains.Group]]], path: pathlib.Path) -> None:
-    figure = common.figure(len(measured))
+    figure = chains.figure(len(measured))
     for axes, (name, found) in zip(figure.axes, measured, strict=True):
         chains.plot(axes, found, name, upstream_label="new worker StatefulSet")
     common.save(figure, path, "New leader → ungated (mnnvl) vs → its worker StatefulSet (upstream LWS)")

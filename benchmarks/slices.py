@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def plot(measured: list[tuple[int, list[chains.Group]]], roles: int, path: pathlib.Path) -> None:
-    figure = common.figure(len(measured))
+    figure = chains.figure(len(measured))
     for axes, (slices, burst) in zip(figure.axes, measured, strict=True):
         chains.plot(axes, burst, f"{slices} slices x {roles} roles", upstream_label="worker StatefulSet")
     common.save(figure, path, "Slice leader → ungated (mnnvl-ds) vs → worker StatefulSet (upstream LWS)")

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def plot(measured: list[tuple[int, list[chains.Group]]], path: pathlib.Path) -> None:
-    figure = common.figure(len(measured))
+    figure = chains.figure(len(measured))
     for axes, (groups, burst) in zip(figure.axes, measured, strict=True):
         chains.plot(axes, burst, f"burst of {groups} groups", upstream_label="worker StatefulSet")
     common.save(figure, path, "Leader pod → ungated (mnnvl) vs → worker StatefulSet (upstream LWS)")
