@@ -198,6 +198,54 @@ def test_the_driver_controller_acts_as_its_charts_service_account_with_the_chart
         assert not testing.service_account_allowed(api, dra_driver.NAMESPACE, account, refused), refused
 
 
+def test_the_drivers_chart_values_give_its_controller_client_limits_as_strings() -> None:
+    """What `--driver-qps` sets reaches the controller as helm renders the chart's Deployment: string values, as
+    the API server accepts them in a cluster, and nothing of them without."""
+    values = dra_driver.client_rate_values(50)
+    [deployment] = [document for document in dra_driver.rendered_chart(values) if document["kind"] == "Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert (env["KUBE_API_QPS"], env["KUBE_API_BURST"]) == ("50", "100")
+    assert dra_driver.client_limits(dra_driver.controller_environment(values)) == {
+        "KUBE_API_QPS": "50",
+        "KUBE_API_BURST": "100",
+    }
+    assert not {"KUBE_API_QPS", "KUBE_API_BURST"} & dra_driver.controller_environment().keys()
+
+
+def test_up_with_other_driver_values_restarts_the_controller_with_them(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed
+) -> None:
+    """As a `helm upgrade` with new values rolls the driver's Deployment; the same values keep it running."""
+    supervisor = processes.Supervisor(testbed.state_dir)
+    before = cluster.Testbed.load(testbed.state_dir) or testbed
+    limits_before = dra_driver.client_limits(supervisor.environment(dra_driver.COMPONENT))
+    values = dra_driver.client_rate_values(50)
+    log = supervisor.log(dra_driver.COMPONENT)
+    logged_before = log.stat().st_size
+    try:
+        raised = cluster.up(testbed.state_dir, nodes=before.nodes, driver_values=values, echo=False)
+        assert raised.driver_values == values
+        assert cluster.Testbed.load(testbed.state_dir) == raised
+        pid = supervisor.pid(dra_driver.COMPONENT)
+        assert dra_driver.client_limits(supervisor.environment(dra_driver.COMPONENT)) == {
+            "KUBE_API_QPS": "50",
+            "KUBE_API_BURST": "100",
+        }
+        cluster.up(testbed.state_dir, nodes=before.nodes, driver_values=values, echo=False)
+        assert supervisor.pid(dra_driver.COMPONENT) == pid
+        # The restarted controller works, and had read its limits from that environment when it started.
+        create_domain(api, ns, "cd-raised")
+        testing.wait_for(lambda: claim_template(api, ns, "cd-raised-channel"), what="the claim template", timeout=30)
+        with log.open("rb") as logged:
+            logged.seek(logged_before)
+            assert b"KubeAPIQPS: (float64) 50," in logged.read()
+    finally:
+        cluster.up(testbed.state_dir, nodes=before.nodes, driver_values=before.driver_values, echo=False)
+    assert supervisor.pid(dra_driver.COMPONENT) != pid
+    assert dra_driver.client_limits(supervisor.environment(dra_driver.COMPONENT)) == limits_before
+
+
 def test_one_node_cannot_hold_two_channel_claims(api: kube.Kube, ns: str) -> None:
     create_domain(api, ns, "cd-b")
     testing.wait_for(lambda: claim_template(api, ns, "cd-b-channel"), what="the claim template", timeout=30)

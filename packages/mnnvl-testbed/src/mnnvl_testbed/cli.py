@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
 
 from mnnvl_api import keys
 
-from . import building, cluster, controllers, processes, thirdparty, versions
+from . import building, cluster, controllers, dra_driver, processes, thirdparty, versions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +44,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(versions.TOPOLOGY_CRDS),
         help="also install KAI's Topology CRD at that release and Grove's ClusterTopologyBinding CRD",
     )
+    for option in dra_driver.VALUE_OPTIONS:
+        # Both append to one list, in the order given, as helm applies its --set and --set-string in order.
+        start.add_argument(
+            f"--driver-{option.removeprefix('--')}",
+            dest="driver_values",
+            action="append",
+            type=functools.partial(_chart_value, option),
+            metavar="KEY=VALUE",
+            help=f"a value of the NVIDIA driver's chart, passed to helm as {option}; a running driver is restarted "
+            f"when its values differ (default: those of {dra_driver.VALUES_VARIABLE}, or none)",
+        )
     start.add_argument(
         "--with-controllers", action="store_true", help="also run mnnvl's controllers, with their webhooks registered"
     )
@@ -68,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 nodes_per_clique=args.nodes_per_clique or (profile.nodes_per_clique if args.profile else None),
                 computedomain_crd=versions.LEGACY_COMPUTE_DOMAIN_CRD if args.legacy_computedomain_crd else None,
                 topology_crds=args.topology_crds,
+                driver_values=args.driver_values,
             )
             if args.with_controllers:
                 for replica in [
@@ -100,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mnnvl-testbed {args.command} failed: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _chart_value(option: str, assignment: str) -> str:
+    """`--driver-set KEY=VALUE` as the one word `dra_driver.chart_values` takes: `--set=KEY=VALUE`."""
+    return f"{option}={assignment}"
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import yaml
@@ -109,6 +109,9 @@ class Testbed:
     topology_crds: str | None = None
     #: Tool name → version it was started with (empty for a testbed recorded before versions were).
     components: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: The values of the DRA driver's chart its controller runs with, besides the testbed's own
+    #: (`dra_driver.chart_values`).
+    driver_values: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, state_dir: pathlib.Path) -> Testbed | None:
@@ -126,6 +129,7 @@ class Testbed:
             computedomain_crd=raw.get("computedomain_crd", versions.COMPUTE_DOMAIN_CRD),
             topology_crds=raw.get("topology_crds"),
             components=raw.get("components", {}),
+            driver_values=tuple(raw.get("driver_values", ())),
         )
 
     def save(self) -> None:
@@ -138,6 +142,7 @@ class Testbed:
             "computedomain_crd": self.computedomain_crd,
             "topology_crds": self.topology_crds,
             "components": self.components,
+            "driver_values": list(self.driver_values),
         }
         (self.state_dir / "state.json").write_text(json.dumps(record, indent=2))
 
@@ -173,6 +178,7 @@ def status(state_dir: pathlib.Path) -> dict[str, Any]:
         report["versions"] = testbed.components
         report["nodes"] = {"count": testbed.nodes, "per_clique": testbed.nodes_per_clique}
         report["crds"] = {"computedomain": testbed.computedomain_crd, "topology": testbed.topology_crds}
+        report["driver_values"] = list(testbed.driver_values)
     return report
 
 
@@ -199,6 +205,7 @@ def up(
     topology_crds: str | None = None,
     echo: bool = True,
     api_server_only: bool = False,
+    driver_values: Sequence[str] | None = None,
 ) -> Testbed:
     """Start everything, or reuse a testbed that is already running in `state_dir`.
 
@@ -207,12 +214,21 @@ def up(
     one of `versions.TOPOLOGY_CRDS` (default: none installed). On a running testbed, a release asked for is
     installed in place, as a CRD upgrade would; None leaves what is installed. A running testbed only grows.
     `api_server_only` starts just etcd and kube-apiserver: a cluster without the NVIDIA driver, LWS or nodes.
+    `driver_values` (`dra_driver.chart_values`; None: those of `dra_driver.VALUES_VARIABLE`) are set on the driver's
+    chart; on a running testbed, other values than its driver runs with restart its controller with them.
     """
     started = time.monotonic()
+    asked = dra_driver.values_from_environment() if driver_values is None else driver_values
+    try:
+        values = dra_driver.chart_values(asked)
+    except ValueError as error:
+        raise TestbedError(str(error)) from error
     existing = Testbed.load(state_dir)
     if existing is not None and is_running(state_dir):
         if existing.components == versions.component_versions():
-            return _reuse(existing, nodes, nodes_per_clique, computedomain_crd, topology_crds, echo=echo)
+            return _reuse(
+                existing, nodes, nodes_per_clique, computedomain_crd, topology_crds, driver_values=values, echo=echo
+            )
         _say(echo, f"the testbed in {state_dir} runs {existing.components or 'older versions'}; restarting it")
     if not api_server_only:
         _check_third_party(computedomain_crd, topology_crds)
@@ -240,6 +256,7 @@ def up(
         computedomain_crd=computedomain_crd or versions.COMPUTE_DOMAIN_CRD,
         topology_crds=topology_crds,
         components=versions.component_versions(),
+        driver_values=values,
     )
     admin = certs.issue(
         ca,
@@ -275,6 +292,7 @@ def _reuse(
     computedomain_crd: str | None,
     topology_crds: str | None,
     *,
+    driver_values: tuple[str, ...],
     echo: bool,
 ) -> Testbed:
     if nodes_per_clique is not None and nodes_per_clique != existing.nodes_per_clique:
@@ -294,6 +312,10 @@ def _reuse(
     if topology_crds is not None and topology_crds != testbed.topology_crds:
         crds.install_topology_crds(api, topology_crds)
         testbed = dataclasses.replace(testbed, topology_crds=topology_crds)
+    if driver_values != testbed.driver_values:
+        testbed = dataclasses.replace(testbed, driver_values=driver_values)
+        restart_driver(testbed)
+        _say(echo, "NVIDIA's ComputeDomain controller restarted with the driver chart values asked for")
     if testbed != existing:
         testbed.save()
     _say(echo, f"testbed already running; {_shape(testbed)}; kubeconfig: {testbed.kubeconfig}")
@@ -302,9 +324,10 @@ def _reuse(
 
 def _shape(testbed: Testbed) -> str:
     topology = f", Topology CRDs {testbed.topology_crds}" if testbed.topology_crds else ""
+    driver = f", driver chart values {list(testbed.driver_values)}" if testbed.driver_values else ""
     return (
         f"{testbed.nodes} nodes in {testbed.cliques} cliques of {testbed.nodes_per_clique}, "
-        f"ComputeDomain CRD {testbed.computedomain_crd}{topology}"
+        f"ComputeDomain CRD {testbed.computedomain_crd}{topology}{driver}"
     )
 
 
@@ -486,7 +509,7 @@ def apiserver_stopped(testbed: Testbed) -> Iterator[None]:
 def _install_apis(api: kube.Kube, testbed: Testbed) -> None:
     lws_crds = building.source_dir(versions.LWS_MANAGER) / "config" / "crd" / "bases"
     crds.install(api, [yaml.safe_load(path.read_text()) for path in sorted(lws_crds.glob("*.yaml"))])
-    dra_driver.install(api, testbed.computedomain_crd)
+    dra_driver.install(api, testbed.computedomain_crd, testbed.driver_values)
     if testbed.topology_crds is not None:
         crds.install_topology_crds(api, testbed.topology_crds)
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lws-system"}}, "namespaces")
@@ -594,17 +617,29 @@ def driver_commands(testbed: Testbed) -> dra_driver.Commands:
     controller_kubeconfig = service_account_kubeconfig(
         testbed,
         dra_driver.NAMESPACE,
-        dra_driver.service_account(),
+        dra_driver.service_account(testbed.driver_values),
         testbed.state_dir / dra_driver.COMPONENT / "serviceaccount.kubeconfig",
     )
     return dra_driver.commands(
-        kubeconfig=testbed.kubeconfig, controller_kubeconfig=controller_kubeconfig, state_dir=testbed.state_dir
+        kubeconfig=testbed.kubeconfig,
+        controller_kubeconfig=controller_kubeconfig,
+        state_dir=testbed.state_dir,
+        values=testbed.driver_values,
     )
 
 
 def start_driver_part(supervisor: processes.Supervisor, testbed: Testbed, name: str) -> None:
     """Start one of the driver's parts (`dra_driver.PARTS`), as `up` starts it."""
     dra_driver.start(supervisor, driver_commands(testbed), name)
+
+
+def restart_driver(testbed: Testbed) -> None:
+    """NVIDIA's ComputeDomain controller restarted with `testbed.driver_values`, its chart's other objects applied
+    with them first, as a `helm upgrade` rolls its Deployment. The stand-ins read no chart value and keep running."""
+    dra_driver.apply_chart(testbed.api(), testbed.driver_values)
+    supervisor = processes.Supervisor(testbed.state_dir)
+    supervisor.stop(dra_driver.COMPONENT)
+    start_driver_part(supervisor, testbed, dra_driver.COMPONENT)
 
 
 def _start_driver(supervisor: processes.Supervisor, testbed: Testbed) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import shlex
 import subprocess
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -43,6 +45,15 @@ CHART_VALUES = (
     "featureGates.IMEXDaemonsWithDNSNames=true",
     "logVerbosity=2",
 )
+#: Where a platform engineer's values of the chart come from when `cluster.up` is given none: shell words, each
+#: `--set=KEY=VALUE` or `--set-string=KEY=VALUE`, passed to `helm template` after `CHART_VALUES`.
+VALUES_VARIABLE = "MNNVL_TESTBED_DRIVER_CHART_VALUES"
+#: The helm options a value may be given with: `--set-string` for what must stay a string, such as an environment
+#: variable's value (`--set` makes `50` a number, which the API server refuses in a Deployment).
+VALUE_OPTIONS = ("--set", "--set-string")
+#: The controller's Kubernetes client limits when nothing sets them (its `--kube-api-qps` / `--kube-api-burst`
+#: defaults, pkg/flags/kubeclient.go), and the environment variables those flags also read.
+DEFAULT_CLIENT_LIMITS = {"KUBE_API_QPS": "5", "KUBE_API_BURST": "10"}
 CLIQUE_CRD = "crds/resource.nvidia.com_computedomaincliques.yaml"
 #: Kinds applied from the chart (the Deployment is run as a process instead).
 _APPLIED = {
@@ -79,14 +90,43 @@ def source() -> pathlib.Path:
     return building.source_dir(versions.COMPUTE_DOMAIN_CONTROLLER)
 
 
+def chart_values(words: Sequence[str]) -> tuple[str, ...]:
+    """`words` checked to be values of the driver's chart, each `--set=KEY=VALUE` or `--set-string=KEY=VALUE` (one
+    word, so a recorded set compares and prints as it was given): the only options the testbed passes on to helm."""
+    for word in words:
+        option, _, assignment = word.partition("=")
+        if option not in VALUE_OPTIONS or "=" not in assignment:
+            raise ValueError(f"{word!r} is no chart value: write --set=KEY=VALUE or --set-string=KEY=VALUE")
+    return tuple(words)
+
+
+def values_from_environment() -> list[str]:
+    """The words `VALUES_VARIABLE` holds (none when it is unset), for `chart_values` to check."""
+    return shlex.split(os.environ.get(VALUES_VARIABLE, ""))
+
+
+def client_rate_values(qps: int) -> tuple[str, ...]:
+    """Chart values raising the controller's client limits to `qps` requests per second, burst twice that, as a
+    platform engineer would raise them: through the controller container's environment, which its flags read."""
+    env = "controller.containers.computeDomain.env"
+    return (
+        f"--set={env}[0].name=KUBE_API_QPS",
+        f"--set-string={env}[0].value={qps}",
+        f"--set={env}[1].name=KUBE_API_BURST",
+        f"--set-string={env}[1].value={2 * qps}",
+    )
+
+
 @functools.cache
-def rendered_chart() -> tuple[dict[str, Any], ...]:
-    """The chart's objects the testbed uses, rendered by helm from the driver's tree: once per process, since
-    nothing it depends on changes (read them, never change them)."""
+def rendered_chart(values: tuple[str, ...] = ()) -> tuple[dict[str, Any], ...]:
+    """The chart's objects the testbed uses, rendered by helm from the driver's tree with `CHART_VALUES` and then
+    `values` (`chart_values`): once per process and values, since nothing else it depends on changes (read them,
+    never change them)."""
     helm = building.ensure_binaries((versions.HELM,))["helm"]
     command = [str(helm), "template", RELEASE, str(source() / versions.DRA_DRIVER_CHART), f"--namespace={NAMESPACE}"]
     for value in CHART_VALUES:
         command += ["--set", value]
+    command += chart_values(values)
     for file in CHART_FILES:
         command += ["--show-only", file]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -95,31 +135,49 @@ def rendered_chart() -> tuple[dict[str, Any], ...]:
     return tuple(document for document in yaml.safe_load_all(result.stdout) if document)
 
 
-def install(api: kube.Kube, computedomain_crd: str) -> None:
-    """What installing the driver's chart provides, but its Deployment: the ComputeDomain CRD at `computedomain_crd`
-    (a release of `versions.COMPUTE_DOMAIN_CRDS`, upstream's file as is), the tree's ComputeDomainClique CRD,
-    the driver's namespace, the controller's ServiceAccount and RBAC, and the DeviceClasses."""
+def install(api: kube.Kube, computedomain_crd: str, values: tuple[str, ...] = ()) -> None:
+    """What installing the driver's chart with `values` provides, but its Deployment: the ComputeDomain CRD at
+    `computedomain_crd` (a release of `versions.COMPUTE_DOMAIN_CRDS`, upstream's file as is), the tree's
+    ComputeDomainClique CRD, the driver's namespace, and `apply_chart`'s objects."""
     crds.install_computedomain_crd(api, computedomain_crd)
     clique_crd = source() / versions.DRA_DRIVER_CHART / CLIQUE_CRD
     crds.install(api, [document for document in yaml.safe_load_all(clique_crd.read_text()) if document])
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "namespaces")
-    for document in rendered_chart():
+    apply_chart(api, values)
+
+
+def apply_chart(api: kube.Kube, values: tuple[str, ...] = ()) -> None:
+    """The controller's ServiceAccount and RBAC and the DeviceClasses, as the chart renders them with `values`."""
+    for document in rendered_chart(values):
         if document["kind"] in _APPLIED:
             api.apply(document, _APPLIED[document["kind"]])
 
 
-def service_account() -> str:
+def service_account(values: tuple[str, ...] = ()) -> str:
     """The controller's ServiceAccount, as the chart names it."""
-    return str(_deployment(rendered_chart())["spec"]["template"]["spec"]["serviceAccountName"])
+    return str(_deployment(rendered_chart(values))["spec"]["template"]["spec"]["serviceAccountName"])
 
 
-def controller_command(kubeconfig: pathlib.Path, state_dir: pathlib.Path) -> tuple[list[str], dict[str, str]]:
-    """How the controller runs against the cluster `kubeconfig` reaches, as the chart's Deployment runs it:
-    (command, environment). Its root directory is `<state_dir>/dra-controller/root`."""
+def controller_environment(values: tuple[str, ...] = ()) -> dict[str, str]:
+    """The controller container's environment as the chart renders it with `values`, as a kubelet sets it."""
+    container = _controller_container(values)
+    return manifests.container_environment(container, pod_name=f"{COMPONENT}-0", namespace=NAMESPACE)
+
+
+def client_limits(environment: Mapping[str, str]) -> dict[str, str]:
+    """The client limits a controller running with `environment` uses: `DEFAULT_CLIENT_LIMITS`' variables as its
+    flags read them."""
+    return {variable: environment.get(variable, default) for variable, default in DEFAULT_CLIENT_LIMITS.items()}
+
+
+def controller_command(
+    kubeconfig: pathlib.Path, state_dir: pathlib.Path, values: tuple[str, ...] = ()
+) -> tuple[list[str], dict[str, str]]:
+    """How the controller runs against the cluster `kubeconfig` reaches, as the chart's Deployment rendered with
+    `values` runs it: (command, environment). Its root directory is `<state_dir>/dra-controller/root`."""
     binary = building.ensure_binaries((versions.COMPUTE_DOMAIN_CONTROLLER,))[versions.COMPUTE_DOMAIN_CONTROLLER.name]
-    container = _deployment(rendered_chart())["spec"]["template"]["spec"]["containers"][0]
-    environment = manifests.container_environment(container, pod_name=f"{COMPONENT}-0", namespace=NAMESPACE)
-    program, *arguments = manifests.expanded_command(container["command"], environment)
+    environment = controller_environment(values)
+    program, *arguments = manifests.expanded_command(_controller_container(values)["command"], environment)
     if program != versions.COMPUTE_DOMAIN_CONTROLLER.name:
         raise building.BuildError(f"the driver's chart runs {program!r}, not {versions.COMPUTE_DOMAIN_CONTROLLER.name}")
     root = state_dir / COMPONENT / "root"
@@ -145,13 +203,19 @@ def controller_command(kubeconfig: pathlib.Path, state_dir: pathlib.Path) -> tup
 Commands = dict[str, tuple[list[str], dict[str, str]]]
 
 
-def commands(*, kubeconfig: pathlib.Path, controller_kubeconfig: pathlib.Path, state_dir: pathlib.Path) -> Commands:
+def commands(
+    *,
+    kubeconfig: pathlib.Path,
+    controller_kubeconfig: pathlib.Path,
+    state_dir: pathlib.Path,
+    values: tuple[str, ...] = (),
+) -> Commands:
     """(command, environment) of each of `PARTS`: the stand-ins use `kubeconfig`, the controller
-    `controller_kubeconfig` (its ServiceAccount's, where the cluster can issue one)."""
+    `controller_kubeconfig` (its ServiceAccount's, where the cluster can issue one) and the chart's `values`."""
     return {
         teardown_witness.COMPONENT: kopf_process.command(teardown_witness.__name__, kubeconfig),
         kubelet_plugin.COMPONENT: kopf_process.command(kubelet_plugin.__name__, kubeconfig),
-        COMPONENT: controller_command(controller_kubeconfig, state_dir),
+        COMPONENT: controller_command(controller_kubeconfig, state_dir, values),
     }
 
 
@@ -166,3 +230,7 @@ def start(supervisor: processes.Supervisor, commands: Commands, name: str) -> No
 def _deployment(documents: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     [deployment] = [document for document in documents if document["kind"] == "Deployment"]
     return deployment
+
+
+def _controller_container(values: tuple[str, ...]) -> dict[str, Any]:
+    return dict(_deployment(rendered_chart(values))["spec"]["template"]["spec"]["containers"][0])

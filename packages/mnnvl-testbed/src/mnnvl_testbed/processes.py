@@ -109,6 +109,13 @@ class Supervisor:
         path = self.pids / f"{name}.pid"
         return int(path.read_text().split(" ", 1)[0]) if path.exists() else None
 
+    def environment(self, name: str) -> dict[str, str]:
+        """The environment component `name` runs with, read from its process: what it got, whoever started it and
+        whatever the caller's environment held."""
+        self.ensure_alive(name)
+        entries = pathlib.Path(f"/proc/{self.pid(name)}/environ").read_bytes().decode(errors="replace").split("\0")
+        return {key: value for key, _, value in (entry.partition("=") for entry in entries if entry)}
+
     def program(self, name: str) -> str | None:
         """What component `name` was started with (its command's first argument); None if it was not started."""
         path = self.pids / f"{name}.pid"
