@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import socket
 import subprocess
 import threading
@@ -27,7 +28,7 @@ import matplotlib.figure
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import building, cluster, controllers, processes, testing
+from mnnvl_testbed import building, cluster, controllers, dra_driver, processes, testing
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 CD_API = f"{keys.COMPUTE_DOMAIN_GROUP}/{keys.COMPUTE_DOMAIN_VERSION}"
@@ -44,9 +45,29 @@ def default_state_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("MNNVL_TESTBED_STATE", building.cache_root() / "bench"))
 
 
+class _DriverQps(argparse.Action):
+    """Sets the driver's chart values for `--driver-qps` where `cluster.up` reads them, the testbed's variable:
+    every scenario brings its testbed up with `running_testbed` after parsing, which then (re)starts the driver."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        os.environ[dra_driver.VALUES_VARIABLE] = shlex.join(dra_driver.client_rate_values(values))
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, scenario: str) -> None:
     parser.add_argument("--plot", type=pathlib.Path, default=OUT / f"{scenario}.png", help="where the PNG goes")
     parser.add_argument("--state-dir", type=pathlib.Path, default=default_state_dir(), help="the testbed to use")
+    parser.add_argument(
+        "--driver-qps",
+        type=int,
+        action=_DriverQps,
+        metavar="N",
+        help="run the NVIDIA driver's controller with client limits N QPS, burst 2N, set through its chart's "
+        f"controller env (default: the driver's own, {dra_driver.DEFAULT_CLIENT_LIMITS['KUBE_API_QPS']} QPS, "
+        f"or what {dra_driver.VALUES_VARIABLE} sets)",
+    )
 
 
 def running_testbed(
@@ -400,4 +421,10 @@ def log_errors(bed: cluster.Testbed, logged_by: Sequence[str] = CONTROLLERS) -> 
 
 
 def header(scenario: str, bed: cluster.Testbed) -> None:
-    print(f"scenario {scenario}; machine: {machine()}; commit: {commit()}; testbed: {bed.state_dir}", flush=True)
+    # The driver's client limits bound how fast domains get their claim templates: every table says which it ran with.
+    limits = dra_driver.client_limits(processes.Supervisor(bed.state_dir).environment(dra_driver.COMPONENT))
+    driver = f"driver client limits: {limits['KUBE_API_QPS']} QPS, burst {limits['KUBE_API_BURST']}"
+    print(
+        f"scenario {scenario}; machine: {machine()}; commit: {commit()}; testbed: {bed.state_dir}; {driver}",
+        flush=True,
+    )
