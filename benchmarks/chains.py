@@ -15,7 +15,8 @@ sight of each thing counts, DELETED events none:
   writes at admission: `references.recorded_domain`) first seen;
 - template: the ResourceClaimTemplate that domain names (`spec.channel.resourceClaimTemplate.name`; NVIDIA's
   controller creates it) first seen;
-- ready: the domain first seen with `status.status == "Ready"` (which may never come).
+- ready: the domain first seen with `status.status == "Ready"` (which may never come; mnnvl does not wait for it,
+  so a measured step keeps watching up to READY_GRACE_SECONDS after both sides are done).
 
 Domains and templates are stamped by name, whichever arrives first, so the chain stays defined whatever the order:
 a domain may be seen before its leader (created at admission, or for a slice as soon as its LeaderWorkerSet
@@ -193,13 +194,22 @@ class Chain:
                 )
         return sorted(found, key=lambda group: group.leader)
 
+    # The two counts below are polled while the watches run: they read the stamps directly, under the lock, so a
+    # poll of a thousand groups does not keep the watch threads from stamping their events.
+
     def finished(self) -> int:
         """Incarnations both sides have finished: ungated, and with their worker StatefulSet."""
-        return sum(1 for g in self.groups() if g.ungated is not None and g.worker_set is not None)
+        with self._lock:
+            return sum(
+                1 for uid, seen in self._leaders.items() if seen.ungated is not None and uid in self._worker_sets
+            )
 
     def unready(self) -> int:
         """Incarnations whose domain has been seen, but not yet Ready."""
-        return sum(1 for g in self.groups() if g.domain is not None and g.ready is None)
+        with self._lock:
+            return sum(
+                1 for seen in self._leaders.values() if seen.domain in self._domains and seen.domain not in self._ready
+            )
 
     def wait(self, expected: int, timeout: float) -> None:
         """Until `expected` incarnations are finished, or `timeout` seconds; then up to READY_GRACE_SECONDS more
