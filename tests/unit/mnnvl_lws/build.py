@@ -68,10 +68,8 @@ def pod(
     }
 
 
-def workload(uid: str = UID, *, deleting: bool = False, replicas: int = 1) -> planner.LeaderWorkerSetFacts:
-    return planner.LeaderWorkerSetFacts(
-        namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting, replicas=replicas
-    )
+def workload(uid: str = UID, *, deleting: bool = False) -> planner.LeaderWorkerSetFacts:
+    return planner.LeaderWorkerSetFacts(namespace="serving", name="deepseek-r1", uid=uid, deleting=deleting)
 
 
 def controller_revision(

@@ -271,30 +271,10 @@ def test_a_domain_that_only_looks_like_ours_is_never_deleted_or_released(look_al
     assert planner.plan(build.snapshot(domains_=(deleting,), gone=True)) == plans.Plan()
 
 
-def test_a_domain_whose_leader_is_not_seen_yet_is_kept_while_its_group_is_asked_for() -> None:
-    """The pod webhook creates a leader's domain at admission; its watch event may come before the leader's."""
-    awaited = domain_builders.domain(D1)
-    assert planner.plan(build.snapshot(domains_=(awaited,), workload_=build.workload(replicas=2))) == plans.Plan()
-    # scaled down below its group, the LWS being deleted, or made for another incarnation: obsolete
-    for workload in (build.workload(replicas=1), build.workload(deleting=True, replicas=2)):
-        assert planner.plan(build.snapshot(domains_=(awaited,), workload_=workload)).delete == (D1,)
-    other = domain_builders.domain(D1, owner_uid="uid-of-an-earlier-incarnation")
-    assert planner.plan(build.snapshot(domains_=(other,), workload_=build.workload(replicas=2))).delete == (D1,)
-    # opted out: its new leaders carry no scope label, so the stores never see them, and nothing waits for them
-    opted_out = dataclasses.replace(build.workload(replicas=2), opted_in=False)
-    assert planner.plan(build.snapshot(domains_=(awaited,), workload_=opted_out)).delete == (D1,)
-
-
-def test_once_the_groups_leader_is_seen_a_domain_it_does_not_record_is_obsolete() -> None:
-    """A leader's name is its group's: while the stores hold one, even finished, no other leader of the group can
-    exist, so a domain it does not record was made for a pod that never came (or is gone)."""
-    for leader in (build.leader(0, D0_NEW), build.leader(0, D0_NEW, terminal=True), build.leader(0, None)):
-        snapshot = build.snapshot(pods_=(leader,), domains_=(domain_builders.domain(D0),))
-        assert planner.plan(snapshot).delete == (D0,)
-
-
-def test_a_marked_or_deleting_domain_is_not_kept_for_a_leader_to_come() -> None:
+def test_a_domain_created_at_admission_and_seen_before_its_leader_is_obsolete_until_the_leader_is_seen() -> None:
+    """The pod webhook creates a leader's domain at admission; its watch event may come before the leader's. Until
+    then nothing records it, so it is condemned; the fence outlasts the leader's admission, whose pod then makes it
+    wanted again."""
+    assert planner.plan(build.snapshot(domains_=(domain_builders.domain(D0),))).delete == (D0,)
     marked = domain_builders.domain(D0, condemned=True)
-    assert planner.plan(build.snapshot(domains_=(marked,))).delete == (D0,)
-    deleting = domain_builders.domain(D0, deleting=True)
-    assert planner.plan(build.snapshot(domains_=(deleting,))).release == (D0,)
+    assert planner.plan(build.snapshot(pods_=(build.leader(0, D0, gated=True),), domains_=(marked,))).uncondemn == (D0,)

@@ -276,9 +276,3 @@ def test_a_domain_the_planner_created_first_is_left_as_it_is() -> None:
     before = api.get(keys.COMPUTE_DOMAIN_PLURAL, "serving", name)
     assert start_for(api, state.Stores(), build.pod("deepseek-r1-1"))[1] is False
     assert api.get(keys.COMPUTE_DOMAIN_PLURAL, "serving", name) == before
-
-
-def test_the_replicas_a_leaderworkerset_asks_for() -> None:
-    assert rules.replicas_of(build.lws()) == 2
-    assert rules.replicas_of({"spec": {}}) == 1  # the API server's default
-    assert rules.replicas_of({"spec": {"replicas": 0}}) == 0

@@ -622,31 +622,33 @@ def test_a_deposed_leaders_condemn_landing_after_the_hand_over_changes_nothing_u
     machine.teardown()
 
 
-def test_a_domain_created_at_admission_waits_for_its_leader_and_is_never_marked() -> None:
-    """The webhook's create lands and the leading replica sees the domain before the leader it was made for (the
-    pod is still being persisted): the domain is kept, not condemned, and the leader is let go once it is seen."""
+def test_a_domain_created_at_admission_and_seen_before_its_leader_is_kept_by_the_fence() -> None:
+    """The webhook's create lands and the leading replica sees the domain before the leader it was made for, whose
+    pod lands as late as admission allows: the domain is condemned (nothing records it yet), the fence outlasts the
+    admission, the final fresh read finds the leader, and the mark is lifted; the leader is then let go."""
     machine = ReplicaScope()
-    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    machine.configured(max(accepted_fences()))
+    machine.begin_leader_of(0, gpu=True, via=1, latency=ADMISSION_BOUND)
     machine.land_everything()  # the webhook's create (replica b's: no Lease needed)
     (domain,) = domains_of_group(machine, 0)
     machine.settle_leader(catch_up=True)
-    assert not machine.is_condemned(domain)
-    assert [w.what for w in machine.api.landed if w.sender == REPLICAS[0]] == []  # nothing to do yet
-    machine.persist_named(f"{LWS}-0")
+    assert machine.is_condemned(domain)
+    machine.time_passes(seconds=ADMISSION_BOUND)  # the leader lands
+    machine.time_passes(seconds=machine.fence)
     machine.settle_leader(catch_up=True)
+    machine.check()
+    assert not machine.is_condemned(domain)
+    assert domain not in machine.api.deleted_domains
     leader = machine.api.get("pods", NS, f"{LWS}-0")
     assert leader is not None
     assert references.recorded_domain(leader) == domain
-    assert domains_of_group(machine, 0) == [domain]
-    assert not machine.is_condemned(domain)
-    machine.check()
     machine.teardown()
 
 
 def test_a_domain_created_for_a_leader_the_api_server_refused_goes_by_the_fenced_deletion() -> None:
     """The webhook created a leader's domain, then the API server refused the pod (a later webhook, a quota): no
-    pod records the domain. Once the group's next leader is seen, the first domain is condemned, and deleted only
-    after the fence."""
+    pod records the domain. It is condemned, and deleted only after the fence; the group's next leader gets its
+    own."""
     machine = ReplicaScope()
     machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
     machine.land_everything()

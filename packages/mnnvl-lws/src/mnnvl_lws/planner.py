@@ -7,11 +7,10 @@ Rules (the user contract):
   replaces it;
 - a domain with that name that this LWS does not manage is never adopted: warn, and keep the group gated;
 - release pods to the scheduler once their domain is ready (a worker only onto its live leader's domain);
-- a domain of a group whose leader pod the stores do not hold is kept while the group is one the opted-in LWS
-  asks for: the pod webhook creates a leader's domain at admission, and the leader may not have been seen yet;
 - a domain is obsolete once no live leader records it (group restarted or replaced, rolling update,
-  scale-down, LWS deleted) and it is not so kept; it goes (by the fenced deletion) only when no non-terminal pod
-  holds its claim or records it, and then its protection finalizer is let go;
+  scale-down, LWS deleted, or a leader the API server refused after the pod webhook created its domain); it goes
+  (by the fenced deletion) only when no non-terminal pod holds its claim or records it, and then its protection
+  finalizer is let go;
 - only domains that are ours by identity are ever deleted, marked or released;
 - with the feature gate disabled, do nothing at all.
 """
@@ -26,12 +25,8 @@ from mnnvl_api.decisions import domains, plans
 MANAGER = keys.LWS_CONTROLLER
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LeaderWorkerSetFacts(plans.WorkloadFacts):
-    """What every scope knows of its workload, and how many groups the LeaderWorkerSet asks for."""
-
-    #: `spec.replicas`: its groups are 0 to replicas - 1.
-    replicas: int = 1
+#: A LeaderWorkerSet's facts are exactly what every scope knows of its workload.
+LeaderWorkerSetFacts = plans.WorkloadFacts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,7 +111,6 @@ def plan(snapshot: Snapshot) -> plans.Plan:
                 template_exists=names.claim_template_name(name) in snapshot.existing_templates,
             )
         }
-    awaited = set() if workload is None or workload.deleting else awaiting_leader(snapshot, workload)
     leader_domains = {p.group: p.domain for p in valid_leaders if not p.deleting}
     ungate = [
         p for p in plans.releasable(snapshot.pods, ready) if p.is_leader or leader_domains.get(p.group) == p.domain
@@ -127,31 +121,8 @@ def plan(snapshot: Snapshot) -> plans.Plan:
         ungate=ungate,
         warnings=warnings,
         ours=lambda found: is_ours(found, snapshot.workload_name),
-        wanted=lambda found: found.name in current or found.name in awaited,
+        wanted=lambda found: found.name in current,
     )
-
-
-def awaiting_leader(snapshot: Snapshot, workload: LeaderWorkerSetFacts) -> set[str]:
-    """The domains of this opted-in LWS incarnation whose group it still asks for and whose leader pod the stores
-    do not hold: a new leader may be admitted (the webhook created its domain) and not seen yet. A leader's name is
-    its group's, so while the stores hold one (even finished) no other can exist, and a domain it does not record
-    is obsolete. The stores hold only pods stamped for the scope: once the LWS opted out, its new leaders are not
-    seen at all, so nothing is kept for them. A domain already marked or being deleted is not kept either: no
-    admission names it any more, and its deletion stays fenced."""
-    if not workload.opted_in:
-        return set()
-    led = {p.group for p in snapshot.pods if p.is_leader}
-    return {
-        found.name
-        for found in snapshot.domains.values()
-        if is_ours(found, snapshot.workload_name)
-        and domains.is_owned_by(found, owner_uid=workload.uid, manager=MANAGER)
-        and not found.deleting
-        and not found.condemned
-        and found.group is not None
-        and int(found.group) < workload.replicas
-        and int(found.group) not in led
-    }
 
 
 def created(domain: plans.DomainToCreate) -> str:

@@ -365,9 +365,3 @@ def domain_to_start(pod: Mapping[str, Any], admitted: injection.PodAdmission) ->
     return DomainStart(
         namespace=meta.get("namespace", ""), lws=position.lws, group=position.group, domain=admitted.domain
     )
-
-
-def replicas_of(lws: Mapping[str, Any]) -> int:
-    """How many groups a LeaderWorkerSet asks for: `spec.replicas`, which the API server defaults to 1."""
-    value = (lws.get("spec") or {}).get("replicas", 1)
-    return value if isinstance(value, int) else 1

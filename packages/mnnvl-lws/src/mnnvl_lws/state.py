@@ -57,7 +57,6 @@ class Stores(stores.ScopeStores[planner.LeaderWorkerSetFacts, planner.ReplicaPod
             uid=meta["uid"],
             deleting=bool(meta.get("deletionTimestamp")),
             opted_in=opt_in.is_opted_in(meta.get("annotations") or {}, keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION),
-            replicas=rules.replicas_of(body),
         )
 
     def apply_revision(self, uid: str, revision: Mapping[str, Any] | None) -> list[NamespacedName]:
