@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
                     interval=2,
                 )
     finally:
-        controllers.stop(bed, keys.TOPOLOGY_CONTROLLER)
+        # Stopped and uninstalled: a controller installed and not running is one that is down (`kubectl mnnvl
+        # doctor` fails it), which a test session sharing this testbed would then see.
+        controllers.uninstall(bed, keys.TOPOLOGY_CONTROLLER)
     peak = {c: max(creating.peak[c], deleting.peak[c]) for c in COMPONENTS}
     rows = [
         [
