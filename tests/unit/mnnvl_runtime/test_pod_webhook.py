@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+from collections.abc import Awaitable
 from typing import Any, cast
 
 import kopf
@@ -23,8 +24,13 @@ def pod_webhook(started: list[tuple[dict[str, Any], injection.PodAdmission]]) ->
     async def admit(context: controller.Context, pod: dict[str, Any]) -> injection.PodAdmission:
         return ADMITTED
 
-    async def start_domain(context: controller.Context, pod: dict[str, Any], admitted: injection.PodAdmission) -> None:
+    async def record(pod: dict[str, Any], admitted: injection.PodAdmission) -> None:
         started.append((pod, admitted))
+
+    def start_domain(
+        context: controller.Context, pod: dict[str, Any], admitted: injection.PodAdmission
+    ) -> Awaitable[None] | None:
+        return record(pod, admitted)
 
     admission.register_pod_webhook(registry, admit, start_domain=start_domain)
     (handler,) = [h for h in registry._webhooks.get_all_handlers() if h.id == webhooks.POD_WEBHOOK]

@@ -6,6 +6,7 @@ NVIDIA driver prepares it while the pod is being persisted and before its watch 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable
 from typing import Any
 
 from mnnvl_api import errors, keys, names
@@ -50,15 +51,16 @@ async def admit_pod(
     return admitted
 
 
-async def start_domain(
+def start_domain(
     context: controller.Context, stores: state.Stores, pod: dict[str, Any], admitted: injection.PodAdmission
-) -> None:
+) -> Awaitable[bool] | None:
     """Create the domain a leader's admission named (`rules.domain_to_start`) for its LeaderWorkerSet as it is now,
     read afresh: the stores may still hold an earlier incarnation of that name, whose uid would make the domain
     another workload's (and the leader wait for ever). See `admission.create_domain`."""
     start = rules.domain_to_start(pod, admitted)
-    if start is not None:
-        await create_for_leader(context.client, stores, start, component=context.identity.reporting_component)
+    if start is None:
+        return None  # a worker, or a name already recorded: nothing to start, not even a task
+    return create_for_leader(context.client, stores, start, component=context.identity.reporting_component)
 
 
 async def create_for_leader(

@@ -212,8 +212,9 @@ async def refuse_impersonation(
 
 
 #: What a scope starts once a pod is admitted (not for a dry run), in the background: given the pod as it came and
-#: the admission, it may create the domain the admission named.
-StartDomain = Callable[[controller.Context, dict[str, Any], injection.PodAdmission], Awaitable[None]]
+#: the admission, the work that creates the domain the admission named, or None when there is none to create (no
+#: task is started then).
+StartDomain = Callable[[controller.Context, dict[str, Any], injection.PodAdmission], Awaitable[object] | None]
 
 
 class Background:
@@ -221,15 +222,15 @@ class Background:
     references to tasks), and a failure is logged, never raised into anyone's request."""
 
     def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
 
-    def start(self, work: Awaitable[None], name: str) -> None:
+    def start(self, work: Awaitable[object], name: str) -> None:
         task = asyncio.ensure_future(work)
         task.set_name(name)
         self.tasks.add(task)
         task.add_done_callback(self._ended)
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, task: asyncio.Task[object]) -> None:
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("background admission work failed", extra={"task": task.get_name()}, exc_info=task.exception())
@@ -256,8 +257,9 @@ def register_pod_webhook(
             pod = dict(body)
             context = controller.context_of(memo)
             admitted = await admit(context, pod)
-            if start_domain is not None and not dryrun:
-                background.start(start_domain(context, pod, admitted), f"start-domain-{admitted.domain}")
+            work = start_domain(context, pod, admitted) if start_domain is not None and not dryrun else None
+            if work is not None:
+                background.start(work, f"start-domain-{admitted.domain}")
             if admitted.patch:
                 patch.fns.append(transform(admitted.patch))
                 outcome.result = "patched"

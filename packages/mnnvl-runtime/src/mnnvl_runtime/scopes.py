@@ -44,7 +44,7 @@ COMPUTE_DOMAIN_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 
 
 #: What a scope starts in the background once a pod is admitted, given its stores, the pod and the admission.
-StartDomain = Callable[[controller.Context, Stores, dict[str, Any], injection.PodAdmission], Awaitable[None]]
+StartDomain = Callable[[controller.Context, Stores, dict[str, Any], injection.PodAdmission], Awaitable[object] | None]
 
 
 class FollowUp(Protocol[Snapshot_contra]):
