@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pathlib
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import common
-import matplotlib.figure
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import injection, references
@@ -235,6 +235,21 @@ def measure(
     return chain.groups(), sum(len(watch.errors) for watch in watches)
 
 
+#: Seconds the namespace may take to drain after a burst, per group, beyond 300 s.
+DRAIN_SECONDS_PER_GROUP = 3.0
+
+
+def burst(
+    api: kube.Kube, ns: str, *, create: Callable[[], None], delete: Callable[[], None], groups: int, timeout: float
+) -> tuple[list[Group], int]:
+    """One burst: `create` the workload, wait until its `groups` leaders are ungated and have their worker
+    StatefulSets (or `timeout`), `delete` it and wait for `ns` to drain; the stamps and the watches' errors."""
+    measured = measure(api, ns, create, expected=groups, timeout=timeout)
+    delete()
+    common.wait_drained(api, ns, timeout=300 + DRAIN_SECONDS_PER_GROUP * groups)
+    return measured
+
+
 # --- reporting ---------------------------------------------------------------------------------------------
 
 HEADERS = (
@@ -278,9 +293,15 @@ def row(groups: Sequence[Group], expected: int) -> list[object]:
     ]
 
 
-def figure(columns: int) -> matplotlib.figure.Figure:
-    """One subplot per measured step, wide enough for the title above them even when there is only one."""
-    return common.figure(columns, width=max(5.0, 9.0 / columns))
+def save_plots(
+    panels: Sequence[tuple[str, Sequence[Group]]], path: pathlib.Path, title: str, *, upstream_label: str
+) -> None:
+    """One subplot per measured step (its title, its groups), wide enough for `title` above them even when there
+    is only one, saved to `path`."""
+    figure = common.figure(len(panels), width=max(5.0, 9.0 / len(panels)))
+    for axes, (name, groups) in zip(figure.axes, panels, strict=True):
+        plot(axes, groups, name, upstream_label=upstream_label)
+    common.save(figure, path, title)
 
 
 def plot(axes: Any, groups: Sequence[Group], title: str, *, upstream_label: str) -> None:

@@ -223,10 +223,12 @@ def step(
 
 
 def plot(measured: list[tuple[str, list[chains.Group]]], path: pathlib.Path) -> None:
-    figure = chains.figure(len(measured))
-    for axes, (name, found) in zip(figure.axes, measured, strict=True):
-        chains.plot(axes, found, name, upstream_label="new worker StatefulSet")
-    common.save(figure, path, "New leader → ungated (mnnvl) vs → its worker StatefulSet (upstream LWS)")
+    chains.save_plots(
+        measured,
+        path,
+        "New leader → ungated (mnnvl) vs → its worker StatefulSet (upstream LWS)",
+        upstream_label="new worker StatefulSet",
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from mnnvl_runtime import kube
 
 CONTROLLERS = (keys.LWS_CONTROLLER, keys.DS_CONTROLLER, keys.GUARDIAN_CONTROLLER)
 BURST_SECONDS_PER_GROUP = 1.0
-DRAIN_SECONDS_PER_GROUP = 3.0
 
 
 def run_burst(api: kube.Kube, ns: str, slices: int, roles: int, timeout: float) -> tuple[list[chains.Group], int]:
@@ -42,16 +41,14 @@ def run_burst(api: kube.Kube, ns: str, slices: int, roles: int, timeout: float) 
     down."""
     name = f"slices-{slices}"
     leaders = slices * roles
-    measured, watch_errors = chains.measure(
+    return chains.burst(
         api,
         ns,
-        lambda: common.create_ds(api, ns, common.ds_manifest(name, slices=slices, roles=roles)),
-        expected=leaders,
+        create=lambda: common.create_ds(api, ns, common.ds_manifest(name, slices=slices, roles=roles)),
+        delete=lambda: common.delete_ds(api, ns, name),
+        groups=leaders,
         timeout=timeout + BURST_SECONDS_PER_GROUP * leaders,
     )
-    common.delete_ds(api, ns, name)
-    common.wait_drained(api, ns, timeout=300 + DRAIN_SECONDS_PER_GROUP * leaders)
-    return measured, watch_errors
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,10 +82,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def plot(measured: list[tuple[int, list[chains.Group]]], roles: int, path: pathlib.Path) -> None:
-    figure = chains.figure(len(measured))
-    for axes, (slices, burst) in zip(figure.axes, measured, strict=True):
-        chains.plot(axes, burst, f"{slices} slices x {roles} roles", upstream_label="worker StatefulSet")
-    common.save(figure, path, "Slice leader → ungated (mnnvl-ds) vs → worker StatefulSet (upstream LWS)")
+    chains.save_plots(
+        [(f"{slices} slices x {roles} roles", burst) for slices, burst in measured],
+        path,
+        "Slice leader → ungated (mnnvl-ds) vs → worker StatefulSet (upstream LWS)",
+        upstream_label="worker StatefulSet",
+    )
 
 
 if __name__ == "__main__":

@@ -29,24 +29,21 @@ import common
 
 from mnnvl_runtime import kube
 
-#: Seconds a burst may take per group, beyond `--timeout`; the drain afterwards, per group, beyond 300 s.
+#: Seconds a burst may take per group, beyond `--timeout`.
 BURST_SECONDS_PER_GROUP = 2.0
-DRAIN_SECONDS_PER_GROUP = 3.0
 
 
 def run_burst(api: kube.Kube, ns: str, groups: int, timeout: float) -> tuple[list[chains.Group], int]:
     """Create the LWS, wait until every group is ungated and has its StatefulSet (or the timeout), tear down."""
     lws = f"burst-{groups}"
-    measured, watch_errors = chains.measure(
+    return chains.burst(
         api,
         ns,
-        lambda: common.create_lws(api, ns, common.lws_manifest(lws, replicas=groups)),
-        expected=groups,
+        create=lambda: common.create_lws(api, ns, common.lws_manifest(lws, replicas=groups)),
+        delete=lambda: common.delete_lws(api, ns, lws),
+        groups=groups,
         timeout=timeout + BURST_SECONDS_PER_GROUP * groups,
     )
-    common.delete_lws(api, ns, lws)
-    common.wait_drained(api, ns, timeout=300 + DRAIN_SECONDS_PER_GROUP * groups)
-    return measured, watch_errors
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,10 +72,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def plot(measured: list[tuple[int, list[chains.Group]]], path: pathlib.Path) -> None:
-    figure = chains.figure(len(measured))
-    for axes, (groups, burst) in zip(figure.axes, measured, strict=True):
-        chains.plot(axes, burst, f"burst of {groups} groups", upstream_label="worker StatefulSet")
-    common.save(figure, path, "Leader pod → ungated (mnnvl) vs → worker StatefulSet (upstream LWS)")
+    chains.save_plots(
+        [(f"burst of {groups} groups", burst) for groups, burst in measured],
+        path,
+        "Leader pod → ungated (mnnvl) vs → worker StatefulSet (upstream LWS)",
+        upstream_label="worker StatefulSet",
+    )
 
 
 if __name__ == "__main__":

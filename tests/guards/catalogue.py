@@ -490,7 +490,24 @@ GUARDS: tuple[Guard, ...] = (
         replace="    if False:",
         suite=(REPLICA_ADMISSION,),
     ),
+    # --- mnnvl_runtime/scopes.py ------------------------------------------------------------------------------
+    Guard(
+        name="scopes-create-for-the-live-workload",
+        keeps="a domain is created for the workload as it is, never an earlier one of its name the stores hold",
+        path=f"{RUNTIME}/scopes.py",
+        find="        if plan.create and not await self.still_current(snapshot):",
+        replace="        if False:",
+        suite=(replica("reincarnations"),),
+    ),
     # --- mnnvl_lws/pod_admission.py ----------------------------------------------------------------------------
+    Guard(
+        name="lws-admission-creates-for-the-live-lws",
+        keeps="the webhook creates a leader's domain for its LWS read afresh, never one its stores still hold",
+        path=f"{LWS}/pod_admission.py",
+        find="    workload = None if fresh is None else stores.workload_of(fresh)\n",
+        replace="    workload = stores.workload(start.namespace, start.lws)\n",
+        suite=(replica("reincarnations"),),
+    ),
     Guard(
         name="lws-opt-in-confirmed-afresh",
         keeps="a leader of an LWS the webhook's stores do not know yet still gets its claim and gate",

@@ -24,6 +24,14 @@ D0 = build.domain_name(0)
 
 
 def run(api: MemoryApi, snapshot: planner.Snapshot, plan: plans.Plan) -> float | None:
+    """Apply `plan` as mnnvl-ds does, with the snapshot's DisaggregatedSet in the API (creates read it afresh)."""
+    if snapshot.workload is not None and api.get(keys.DS_PLURAL, build.NS, build.DS) is None:
+        api.put(
+            keys.DS_PLURAL,
+            {"metadata": {"name": build.DS, "namespace": build.NS}},
+            manager="user",
+            uid=snapshot.workload.uid,
+        )
     writer = domain_writer.DomainWriter(
         api.client(keys.DS_CONTROLLER), component=keys.DS_CONTROLLER, scope=keys.SCOPE_SLICE, fence_seconds=0
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 from typing import Any
 
@@ -64,9 +65,9 @@ class RecordingWriter(domain_writer.DomainWriter):
     """Records the writes an executor makes; each may be held (`hold`) or fail (`fail`), by target."""
 
     def __init__(self) -> None:
-        super().__init__(
-            MemoryApi().client(keys.LWS_CONTROLLER), component="mnnvl-lws", scope="replica", fence_seconds=0
-        )
+        api = MemoryApi()  # holds the LeaderWorkerSet, which creates read afresh
+        api.put(keys.LWS_PLURAL, {"metadata": {"name": LWS, "namespace": NS}}, manager="user", uid=WORKLOAD.uid)
+        super().__init__(api.client(keys.LWS_CONTROLLER), component="mnnvl-lws", scope="replica", fence_seconds=0)
         self.journal: list[str] = []
         self.hold: dict[str, Any] = {}
         self.fail: set[str] = set()
@@ -215,3 +216,16 @@ def test_every_failed_write_is_retrieved_and_the_first_raised() -> None:
 
     asyncio.run(scenario())
     assert unretrieved == []
+
+
+def test_no_domain_is_created_for_an_earlier_lws_of_the_name_the_snapshot_still_holds() -> None:
+    """The stores hold a LeaderWorkerSet deleted since and created again under its name (a new uid): the plan's
+    creates would label the domains with the old uid, so none is sent; the new workload's watch event brings a
+    pass that creates them. Its ungates still go."""
+    writer = RecordingWriter()
+    stale = dataclasses.replace(snapshot(), workload=dataclasses.replace(WORKLOAD, uid="uid-old"))
+    plan = plans.Plan(create=(to_create(0),), ungate=pods("a"))
+
+    asyncio.run(fakes.within(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(stale, plan)))
+
+    assert writer.journal == ["start ungate a", "end ungate a"]

@@ -76,6 +76,8 @@ class Request:
     pinned: bool
     apply: Callable[[], Any]
     answer: asyncio.Future[Any]
+    #: The object a create sends (None for any other write).
+    created: Object | None = None
 
 
 def references_domain(pod: Object, *, domain: str, claim_template: str) -> bool:
@@ -145,12 +147,13 @@ class MemoryApi:
     def _record(self, plural: str, kind: str, body: Object) -> None:
         self.events.append((plural, kind, copy.deepcopy(body)))
 
-    def put(self, plural: str, body: Object, *, manager: str) -> Object:
+    def put(self, plural: str, body: Object, *, manager: str, uid: str | None = None) -> Object:
+        """Create `body` as `manager`; `uid` names the uid it gets (default: the next one)."""
         meta = body["metadata"]
         key = (plural, meta.get("namespace", ""), meta["name"])
         if key in self.objects:
             raise kube.ApiError(status=409, reason="AlreadyExists")
-        meta["uid"] = f"uid-{next(self._uids)}"
+        meta["uid"] = uid or f"uid-{next(self._uids)}"
         meta["creationTimestamp"] = CREATED_AT
         meta["resourceVersion"] = self._next_version()
         meta["managedFields"] = [
@@ -349,7 +352,7 @@ class MemoryClient:
                 raise self._failing
             self._reads_before_failing -= 1
 
-    async def _send(self, what: str, apply: Callable[[], Any], *, pinned: bool) -> Any:
+    async def _send(self, what: str, apply: Callable[[], Any], *, pinned: bool, created: Object | None = None) -> Any:
         if not self.sender:
             return apply()
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -362,6 +365,7 @@ class MemoryClient:
                 pinned=pinned,
                 apply=apply,
                 answer=answer,
+                created=created,
             )
         )
         return await answer
@@ -411,7 +415,7 @@ class MemoryClient:
         body = copy.deepcopy(manifest)
         what = f"create {plural}/{body['metadata']['name']}"
         created: Object = await self._send(
-            what, lambda: self.api.put(plural, body, manager=self.field_manager), pinned=True
+            what, lambda: self.api.put(plural, body, manager=self.field_manager), pinned=True, created=body
         )
         return created
 

@@ -36,6 +36,7 @@ from mnnvl_api.decisions import references
 from mnnvl_lws import planner, pod_admission, rules, scope, state
 from mnnvl_runtime import scopes
 
+from ..mnnvl_runtime import memory_api
 from ..mnnvl_runtime.memory_api import Object
 from . import settings
 from .harness import (
@@ -105,6 +106,8 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
         #: (by uid) was made from: a worker is made from its StatefulSet's.
         self.made_from: dict[str, Object] = {}
         self.statefulset_leaders: dict[str, str] = {}
+        #: The creates of ComputeDomains already checked when first seen in flight (`creates_name_the_live_lws`).
+        self.creates_checked: list[memory_api.Request] = []
         lws = self.write_lws(lws_body(LWS, opted_in=True))
         assert lws is not None
         workload = planner.LeaderWorkerSetFacts(namespace=NS, name=LWS, uid=lws["metadata"]["uid"])
@@ -431,6 +434,23 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
                 f"{meta['name']} holds {set(claims)}, its group's domain is {own}"
             )
 
+    @invariant()
+    def creates_name_the_live_lws(self) -> None:
+        """A domain is created, by the Lease holder or a webhook, only for the LeaderWorkerSet of its name as it
+        is when the create is sent: never for an earlier one the stores still hold (its uid would make the domain
+        no domain of the new one, and the group would stay gated). Checked when a create is first seen in flight,
+        which is the step that sent it."""
+        live = self.api.peek(keys.LWS_PLURAL, NS, LWS)
+        for request in self.api.in_flight:
+            if request.created is None or any(request is checked for checked in self.creates_checked):
+                continue
+            self.creates_checked.append(request)
+            owner = request.created["metadata"]["labels"].get(keys.OWNER_UID_LABEL)
+            assert live is not None, f"{request.sender} sent {request.what} for {owner}, while {LWS} is gone"
+            assert owner == live["metadata"]["uid"], (
+                f"{request.sender} sent {request.what} for {owner}, while {LWS} is {live['metadata']['uid']}"
+            )
+
     def check_scope(self) -> None:
         self.a_group_never_spans_two_domains()
 
@@ -469,6 +489,25 @@ class OptInToggles(ReplicaScope):
     def opt_in_toggled(self) -> None:
         self.workload_changes("opt-in toggled")
 
+
+class Replacements(ReplicaScope):
+    """A rule for the `Reincarnations` campaign: the LeaderWorkerSet deleted, or created again under its name, on
+    its own (one of `workload_changes`' five kinds otherwise)."""
+
+    @precondition(lambda self: self.may_disrupt("workload"))
+    @rule()
+    def lws_replaced(self) -> None:
+        self.workload_changes("replaced")
+
+
+#: The LeaderWorkerSet deleted and created again while the watches lag and the webhook's creates are lost: no domain
+#: is created for an incarnation the stores still hold.
+Reincarnations = campaign(
+    Replacements,
+    "Reincarnations",
+    rules=("begin_leader", "lws_replaced", "watches", "request_ends", "leader_reconciles", "admission_ends"),
+)
+test_replica_scope_reincarnations = Reincarnations.TestCase
 
 #: The opt-in removed (or given again) while groups run and restart, the replicas' stores catching up: a leader made
 #: again from a template revision stamped before the opt-out must still get its claim and its domain.
@@ -665,4 +704,39 @@ def test_a_domain_created_for_a_leader_the_api_server_refused_goes_by_the_fenced
     leader = machine.api.get("pods", NS, f"{LWS}-0")
     assert leader is not None
     assert domains_of_group(machine, 0) == [references.recorded_domain(leader)]
+    machine.teardown()
+
+
+def test_a_leader_of_a_recreated_lws_gets_its_domain_even_while_the_stores_hold_the_old_one() -> None:
+    """The LeaderWorkerSet is deleted and created again under its name while the leading replica's watch of it
+    lags; the webhook's create of the new leader's domain is lost. The planner must not create the domain for the
+    incarnation its stores still hold: the domain would name the old uid and the group would stay gated. Once the
+    watch delivers the new LeaderWorkerSet, the domain is created for it."""
+    machine = ReplicaScope()
+    machine.catch_up("a")
+    machine.workload_changes("replaced")  # deleted
+    machine.workload_changes("replaced")  # created again: a new uid
+    live = machine.api.get(keys.LWS_PLURAL, NS, LWS)
+    assert live is not None
+    machine.begin_leader_of(0, gpu=True, via=1, latency=1.0)
+    (lost,) = machine.api.in_flight  # the webhook's create, lost on the way
+    lost.answer.set_exception(memory_api.timed_out())
+    machine.api.in_flight.remove(lost)
+    machine.settle()
+    machine.persist_named(f"{LWS}-0")
+    replica = machine.replicas["a"]
+    machine.deliver(replica, replica.mirror("pods"), 1000)
+    held = replica.stores.workload(NS, LWS)
+    assert held is not None
+    assert held.uid != live["metadata"]["uid"]  # the stores still hold the deleted one
+    machine.reconcile_fully("a")
+    machine.check()
+    assert domains_of_group(machine, 0) == []
+    machine.catch_up("a")
+    machine.reconcile_fully("a")
+    machine.check()
+    (domain,) = domains_of_group(machine, 0)
+    created = machine.api.get(keys.COMPUTE_DOMAIN_PLURAL, NS, domain)
+    assert created is not None
+    assert created["metadata"]["labels"][keys.OWNER_UID_LABEL] == live["metadata"]["uid"]
     machine.teardown()

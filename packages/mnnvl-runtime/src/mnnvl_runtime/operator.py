@@ -21,7 +21,7 @@ import kopf
 
 from mnnvl_api import models
 
-from . import certs, controller, identity, kube, leases, logs, metrics, preflight, settings
+from . import controller, identity, kube, leases, logs, metrics, preflight, settings
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,10 @@ def run(
         return 1
     cert_dir = pathlib.Path(configuration.webhook.cert_dir)
     if process.generate_webhook_certificate:
+        # Imported here: `cryptography` costs every process 8 MiB of RSS, and only development runs make a
+        # certificate (the chart mounts one).
+        from . import certs  # noqa: PLC0415
+
         certs.ensure_webhook_certificate(cert_dir, tuple(process.webhook_hosts.split(",")))
     if endpoints.metrics is not None:
         try:

@@ -11,6 +11,7 @@ console script.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -39,6 +40,7 @@ from . import (
 Snapshot = TypeVar("Snapshot", bound=plans.ScopeSnapshot[Any, Any])
 Snapshot_contra = TypeVar("Snapshot_contra", bound=plans.ScopeSnapshot[Any, Any], contravariant=True)
 Stores = TypeVar("Stores", bound=stores.ScopeStores[Any, Any])
+log = logging.getLogger(__name__)
 #: What every scope controller does to ComputeDomains.
 COMPUTE_DOMAIN_VERBS = ("get", "list", "watch", "create", "delete", "patch")
 
@@ -115,6 +117,8 @@ class ScopeExecutor(Generic[Snapshot]):
     async def apply(self, snapshot: Snapshot, plan: plans.Plan) -> float | None:
         """Apply `plan`; returns in how many seconds this workload must be looked at again (a deletion fence)."""
         scope = self.scope
+        if plan.create and not await self.still_current(snapshot):
+            plan = dataclasses.replace(plan, create=())
 
         def deleted(name: str) -> tuple[str, str]:
             gone = snapshot.workload is None or snapshot.workload.uid != snapshot.domains[name].owner_uid
@@ -131,6 +135,26 @@ class ScopeExecutor(Generic[Snapshot]):
         if self.follow_up is not None:
             await self.follow_up.after(snapshot)
         return come_back
+
+    async def still_current(self, snapshot: Snapshot) -> bool:
+        """Whether the workload the snapshot names, read afresh, is that incarnation and not being deleted. The
+        stores may still hold an earlier workload of that name (deleted and created again while a watch lagged or
+        relisted): a domain labelled with its uid would never be the new workload's, and its group would stay
+        gated. The watch event of the new workload brings another pass, which creates the domain."""
+        if snapshot.workload is None:
+            return False
+        resource = self.scope.stores.workload_resource
+        fresh = await self.applying.writer.client.aget(
+            resource.api_version, resource.plural, snapshot.workload_name, namespace=snapshot.namespace
+        )
+        meta = (fresh or {}).get("metadata") or {}
+        current = meta.get("uid") == snapshot.workload.uid and not meta.get("deletionTimestamp")
+        if not current:
+            log.info(
+                "domains not created: the workload was replaced or is being deleted",
+                extra={"namespace": snapshot.namespace, "workload": snapshot.workload_name},
+            )
+        return current
 
     def reference(self, snapshot: Snapshot) -> kube.Object | None:
         if snapshot.workload is None:
