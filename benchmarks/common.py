@@ -194,6 +194,32 @@ def wait_drained(api: kube.Kube, ns: str, *, timeout: float = 300) -> None:
     )
 
 
+def wait_released(api: kube.Kube, ns: str, *, timeout: float = 300) -> None:
+    """Until mnnvl is done with the namespace's workloads: no pods or StatefulSets left, and every ComputeDomain
+    being deleted without mnnvl's protection finalizer (what is left is the driver's own clean-up)."""
+
+    def held() -> dict[str, int]:
+        domains = api.list_objects(CD_API, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns)
+        return {
+            "pods": count(api, "v1", "pods", ns),
+            "statefulsets": count(api, "apps/v1", "statefulsets", ns),
+            "computedomains held by mnnvl": sum(
+                1
+                for domain in domains
+                if not domain["metadata"].get("deletionTimestamp")
+                or keys.PROTECTION_FINALIZER in (domain["metadata"].get("finalizers") or [])
+            ),
+        }
+
+    testing.wait_for(
+        lambda: not any(held().values()),
+        what=f"mnnvl to let {ns} go",
+        state=lambda: str(held()),
+        timeout=timeout,
+        interval=5,
+    )
+
+
 class Watch:
     """One raw watch of a collection, in a thread: each event's type and object, stamped on arrival
     (time.monotonic) before it is decoded, and handed to `on_event` in order."""

@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     api = bed.api()
     time.sleep(SETTLE_SECONDS)
     idle = sample(bed)
+    print(f"idle RSS MiB: {idle}", flush=True)
     pods = arguments.workloads * arguments.groups * 2
     with common.namespace(api, "bench-memory") as ns:
         started = time.monotonic()
@@ -45,10 +46,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{pods} pods created and ungated in {time.monotonic() - started:.0f} s", flush=True)
         time.sleep(SETTLE_SECONDS)
         loaded = sample(bed)
+        print(f"{pods} pods RSS MiB: {loaded}", flush=True)
         with common.PeakSampler(bed, COMPONENTS) as deleting:
             for index in range(arguments.workloads):
                 common.delete_lws(api, ns, f"model-{index}")
-            common.wait_drained(api, ns, timeout=300 + pods * 0.2)
+            common.wait_released(api, ns, timeout=300 + pods * 0.2)
     rows = [
         [
             component,
