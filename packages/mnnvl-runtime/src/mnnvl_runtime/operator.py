@@ -21,7 +21,7 @@ import kopf
 
 from mnnvl_api import models
 
-from . import controller, identity, kube, leases, logs, metrics, preflight, settings
+from . import controller, heap, identity, kube, leases, logs, metrics, preflight, settings
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ async def _serve(
     liveness: str | None,
 ) -> None:
     election: asyncio.Task[None] | None = None
+    trimming = asyncio.create_task(heap.give_back_freed_memory(heap.malloc_trim()), name="heap-trim")
     if context.configuration.leader_election.leader_elect:
         election = asyncio.create_task(context.elector.run(), name="lease-election")
         controller.watch_tasks(election)
@@ -166,9 +167,10 @@ async def _serve(
             memo=kopf.Memo(context=context),
         )
     finally:
-        if election is not None:
-            election.cancel()
-            await asyncio.gather(election, return_exceptions=True)
+        background = [trimming] if election is None else [trimming, election]
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
 
 
 def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSettings) -> None:
