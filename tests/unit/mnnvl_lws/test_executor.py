@@ -15,7 +15,7 @@ from mnnvl_lws import planner, scope
 from mnnvl_runtime import domain_writer, executing, kube, scopes
 
 from ..mnnvl_runtime import fakes
-from ..mnnvl_runtime.memory_api import MemoryApi
+from ..mnnvl_runtime.memory_api import MemoryApi, MemoryClient
 
 NS = "serving"
 LWS = "dsr1"
@@ -229,3 +229,15 @@ def test_no_domain_is_created_for_an_earlier_lws_of_the_name_the_snapshot_still_
     asyncio.run(fakes.within(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(stale, plan)))
 
     assert writer.journal == ["start ungate a", "end ungate a"]
+
+
+def test_no_domain_is_created_for_an_lws_being_deleted() -> None:
+    """The stores have not seen the deletion begin yet; the fresh read has: no domain is created for it."""
+    writer = RecordingWriter()
+    assert isinstance(writer.client, MemoryClient)
+    writer.client.api.objects[(keys.LWS_PLURAL, NS, LWS)]["metadata"]["deletionTimestamp"] = "2026-12-05T08:00:00Z"
+    plan = plans.Plan(create=(to_create(0),))
+
+    asyncio.run(fakes.within(scopes.ScopeExecutor(scope.SCOPE, writer, None).apply(snapshot(), plan)))
+
+    assert writer.journal == []

@@ -126,6 +126,8 @@ class MemoryApi:
         self.teardowns: list[Teardown] = []
         self.deleted_domains: set[str] = set()
         self.in_flight: list[Request] = []
+        #: Called with each request as it is sent: a model judges what a write says at the moment it is sent.
+        self.on_send: Callable[[Request], None] = lambda request: None
         self.landed: list[Landed] = []
         #: The replica holding the controller's Lease (None: nobody).
         self.leader: str | None = None
@@ -356,18 +358,18 @@ class MemoryClient:
         if not self.sender:
             return apply()
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.api.in_flight.append(
-            Request(
-                sender=self.sender,
-                process=self.process,
-                what=what,
-                sent_leading=self.api.leader == self.sender,
-                pinned=pinned,
-                apply=apply,
-                answer=answer,
-                created=created,
-            )
+        request = Request(
+            sender=self.sender,
+            process=self.process,
+            what=what,
+            sent_leading=self.api.leader == self.sender,
+            pinned=pinned,
+            apply=apply,
+            answer=answer,
+            created=created,
         )
+        self.api.in_flight.append(request)
+        self.api.on_send(request)
         return await answer
 
     async def arequest(self, method: str, path: str, **kwargs: Any) -> Object:

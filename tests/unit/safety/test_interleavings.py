@@ -106,8 +106,9 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
         #: (by uid) was made from: a worker is made from its StatefulSet's.
         self.made_from: dict[str, Object] = {}
         self.statefulset_leaders: dict[str, str] = {}
-        #: The creates of ComputeDomains already checked when first seen in flight (`creates_name_the_live_lws`).
-        self.creates_checked: list[memory_api.Request] = []
+        #: ComputeDomain creates sent for another LWS than the live one, as judged when sent (`_judge_create`).
+        self.creates_for_another_lws: list[str] = []
+        self.api.on_send = self._judge_create
         lws = self.write_lws(lws_body(LWS, opted_in=True))
         assert lws is not None
         workload = planner.LeaderWorkerSetFacts(namespace=NS, name=LWS, uid=lws["metadata"]["uid"])
@@ -434,25 +435,28 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
                 f"{meta['name']} holds {set(claims)}, its group's domain is {own}"
             )
 
+    def _judge_create(self, request: memory_api.Request) -> None:
+        """Records a ComputeDomain create that names another LeaderWorkerSet than the one live as it is sent."""
+        if request.created is None or not request.what.startswith(f"create {keys.COMPUTE_DOMAIN_PLURAL}/"):
+            return
+        live = self.api.peek(keys.LWS_PLURAL, NS, LWS)
+        owner = request.created["metadata"].get("labels", {}).get(keys.OWNER_UID_LABEL)
+        if live is None or owner != live["metadata"]["uid"]:
+            lws = "gone" if live is None else live["metadata"]["uid"]
+            self.creates_for_another_lws.append(
+                f"{request.sender} sent {request.what} for {owner}, while {LWS} is {lws}"
+            )
+
     @invariant()
     def creates_name_the_live_lws(self) -> None:
         """A domain is created, by the Lease holder or a webhook, only for the LeaderWorkerSet of its name as it
         is when the create is sent: never for an earlier one the stores still hold (its uid would make the domain
-        no domain of the new one, and the group would stay gated). Checked when a create is first seen in flight,
-        which is the step that sent it."""
-        live = self.api.peek(keys.LWS_PLURAL, NS, LWS)
-        for request in self.api.in_flight:
-            if request.created is None or any(request is checked for checked in self.creates_checked):
-                continue
-            self.creates_checked.append(request)
-            owner = request.created["metadata"]["labels"].get(keys.OWNER_UID_LABEL)
-            assert live is not None, f"{request.sender} sent {request.what} for {owner}, while {LWS} is gone"
-            assert owner == live["metadata"]["uid"], (
-                f"{request.sender} sent {request.what} for {owner}, while {LWS} is {live['metadata']['uid']}"
-            )
+        no domain of the new one, and the group would stay gated)."""
+        assert not self.creates_for_another_lws, self.creates_for_another_lws
 
     def check_scope(self) -> None:
         self.a_group_never_spans_two_domains()
+        self.creates_name_the_live_lws()
 
 
 ReplicaScope.TestCase.settings = settings.for_model(max_examples=150, steps=80)

@@ -47,7 +47,9 @@ SCOPE: scopes.Scope[planner.Snapshot, state.Stores] = scopes.Scope(
     ),
     # The pod webhook binds a worker to its leader through the worker's StatefulSet, read afresh; it tells whether
     # a leader's template revision was opted in from upstream's ControllerRevisions (watched, and listed afresh).
+    # The LeaderWorkerSet itself is read afresh before any domain is created for it (webhook and reconciler).
     reads=(
+        preflight.Access(group=keys.LWS_GROUP, resource=keys.LWS_PLURAL, verbs=("get",)),
         preflight.Access(group="apps", resource="statefulsets", verbs=("get",)),
         preflight.Access(group="apps", resource="controllerrevisions", verbs=("list", "watch")),
     ),

@@ -29,8 +29,13 @@ def malloc_trim() -> Trim | None:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return None
-    trim: Trim | None = getattr(libc, "malloc_trim", None)
-    return trim
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is None:
+        return None
+    trim.argtypes = [ctypes.c_size_t]  # int malloc_trim(size_t pad)
+    trim.restype = ctypes.c_int
+    found: Trim = trim
+    return found
 
 
 async def give_back_freed_memory(trim: Trim | None, *, every: float = TRIM_EVERY_SECONDS) -> None:
