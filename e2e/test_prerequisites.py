@@ -102,8 +102,9 @@ def test_the_controller_exits_at_startup_if_it_may_not_manage_compute_domains(
 def test_the_controller_exits_at_startup_if_it_may_not_read_what_it_binds_pods_through(
     testbed: cluster.Testbed, api: kube.Kube, controller_against: Controller
 ) -> None:
-    """Without the reads beside the ComputeDomain RBAC (the StatefulSets workers are bound through, the
-    ControllerRevisions that tell an opted-in template revision) the controller fails to start, naming each."""
+    """Without the reads beside the ComputeDomain RBAC (the LeaderWorkerSets read afresh before their domains are
+    created, the StatefulSets workers are bound through, the ControllerRevisions that tell an opted-in template
+    revision) the controller fails to start, naming each."""
     user = "computedomains-only"
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -126,8 +127,9 @@ def test_the_controller_exits_at_startup_if_it_may_not_read_what_it_binds_pods_t
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert (
-        "mnnvl-lws: cannot start: this controller's service account may not get statefulsets.apps, list "
-        "controllerrevisions.apps, watch controllerrevisions.apps: grant it in the controller's ClusterRole"
+        "mnnvl-lws: cannot start: this controller's service account may not get "
+        "leaderworkersets.leaderworkerset.x-k8s.io, get statefulsets.apps, list controllerrevisions.apps, watch "
+        "controllerrevisions.apps: grant it in the controller's ClusterRole"
     ) in stderr
 
 
