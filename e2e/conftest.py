@@ -7,7 +7,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, controllers, kind, testing, versions
+from mnnvl_testbed import chart, cluster, controllers, kind, release, testing, versions
 
 from . import workloads
 
@@ -15,6 +15,8 @@ from . import workloads
 @pytest.fixture(scope="session")
 def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
     """mnnvl-lws, mnnvl-ds and mnnvl-guardian from this source tree, gate enabled, webhooks registered."""
+    # From this tree's chart, even when an interrupted upgrade test left the release at another version's.
+    release.upgrade(testbed, chart.CHART_DIR)
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
     controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
     return controllers.start_lws(testbed, gate=True)

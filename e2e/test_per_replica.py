@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 import yaml
 
@@ -13,8 +11,6 @@ from mnnvl_testbed import cluster, crds, dra_driver, processes, testing, version
 
 from . import workloads
 
-SEED_EXAMPLE = pathlib.Path(__file__).parents[1] / "packages/mnnvl-testbed/src/mnnvl_testbed/examples/deepseek-r1.yaml"
-
 
 @pytest.mark.image_run
 def test_lws_creates_a_dedicated_compute_domain_for_each_replica(
@@ -22,7 +18,7 @@ def test_lws_creates_a_dedicated_compute_domain_for_each_replica(
 ) -> None:
     """LWS creates a dedicated ComputeDomain (numNodes: 0) for each replica and injects the lws-compute-domain-channel ResourceClaim only into containers requesting nvidia.com/gpu."""
     assert crds.num_nodes_required(api) is versions.COMPUTE_DOMAIN_CRDS[computedomain_crd].num_nodes_required
-    created = workloads.create_lws(api, ns, yaml.safe_load(SEED_EXAMPLE.read_text()))
+    created = workloads.create_lws(api, ns, yaml.safe_load(workloads.LWS_EXAMPLE.read_text()))
     pods = workloads.wait_groups_running(api, ns, "deepseek-r1", replicas=2, size=4)
     per_group = workloads.group_domains(pods)
     assert sorted(per_group) == ["0", "1"]

@@ -298,6 +298,8 @@ def webhook_failure(call: Callable[[], object]) -> str:
 
 # --- DisaggregatedSets ----------------------------------------------------------------------------------------
 
+#: The seed's Option 1 example, as the seed has it (the demo applies it too).
+LWS_EXAMPLE = pathlib.Path(__file__).parents[1] / "packages/mnnvl-testbed/src/mnnvl_testbed/examples/deepseek-r1.yaml"
 #: The seed's Option 2 example, shrunk to fit a testbed clique per slice (the demo applies it too).
 DS_EXAMPLE = pathlib.Path(__file__).parents[1] / "packages/mnnvl-testbed/src/mnnvl_testbed/examples/llm-serving.yaml"
 

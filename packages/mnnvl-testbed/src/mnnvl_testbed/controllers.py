@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -39,6 +40,8 @@ class Replica:
     webhook_port: int
     metrics_port: int
     health_port: int
+    #: The PYTHONPATH of the mnnvl version the replica runs (`baseline.python_path`); empty: this tree's.
+    sources: str = ""
 
 
 #: The controllers that serve webhooks (mnnvl-topology serves none).
@@ -74,9 +77,10 @@ def start(
     gate: bool = True,
     replicas: int = 1,
     extra_config: dict[str, object] | None = None,
+    sources: str = "",
 ) -> list[Replica]:
     """(Re)install `controller` from the chart and (re)start it with `replicas` processes, under its ServiceAccount,
-    its webhooks pointing at the first one."""
+    its webhooks pointing at the first one; `sources`: another mnnvl version's code to run (`Replica.sources`)."""
     stop(testbed, controller)
     work = testbed.state_dir / "controllers" / controller
     cert_dir = work / "certs"
@@ -89,6 +93,7 @@ def start(
             webhook_port=processes.free_port(),
             metrics_port=processes.free_port(),
             health_port=processes.free_port(),
+            sources=sources,
         )
         for index in range(replicas)
     ]
@@ -103,8 +108,53 @@ def start(
         supervisor.start(replica.name, command, env=env)
     for replica in started:
         _wait_healthy(supervisor, replica, webhook=serves_webhooks)
-    (work / "replicas.json").write_text(json.dumps([dataclasses.asdict(r) for r in started]))
+    _record(testbed, controller, started)
     return started
+
+
+def roll(
+    testbed: cluster.Testbed,
+    controller: str,
+    *,
+    sources: str,
+    overlap: Callable[[Replica, Replica], None] | None = None,
+) -> list[Replica]:
+    """Replace each running replica of `controller` by one running `sources` (`Replica.sources`) under the release as
+    installed now, as a Deployment's rolling update does with two replicas (maxSurge 1, maxUnavailable 0): start a
+    new replica, wait until it is healthy, then stop an old one. `overlap(old, new)` runs while both are up; then the
+    webhooks are pointed at the new replica, as a Service's endpoints follow, before the old one stops."""
+    installed = release.rendered(testbed)
+    kubeconfig = release.service_account_kubeconfig(testbed, installed, controller)
+    supervisor = processes.Supervisor(testbed.state_dir)
+    up = running_replicas(testbed, controller)
+    next_index = 1 + max(int(r.name.rsplit("-", 1)[1]) for r in started_replicas(testbed, controller))
+    for old in list(up):
+        new = Replica(
+            name=f"{controller}-{next_index}",
+            webhook_port=processes.free_port(),
+            metrics_port=processes.free_port(),
+            health_port=processes.free_port(),
+            sources=sources,
+        )
+        next_index += 1
+        command, env = _replica_process(testbed, installed, controller, new, kubeconfig)
+        supervisor.start(new.name, command, env=env)
+        up.append(new)
+        _record(testbed, controller, up)
+        _wait_healthy(supervisor, new, webhook=controller in WEBHOOK_SERVERS)
+        if overlap is not None:
+            overlap(old, new)
+        if controller in WEBHOOK_SERVERS:
+            point_webhooks_at(testbed, new, controller)
+        supervisor.stop(old.name)
+        up.remove(old)
+        _record(testbed, controller, up)
+    return up
+
+
+def _record(testbed: cluster.Testbed, controller: str, replicas: list[Replica]) -> None:
+    path = testbed.state_dir / "controllers" / controller / "replicas.json"
+    path.write_text(json.dumps([dataclasses.asdict(r) for r in replicas]))
 
 
 def _replica_process(
@@ -139,6 +189,10 @@ def _replica_process(
         "MNNVL_METRICS_ADDRESS": f"127.0.0.1:{replica.metrics_port}",
         "MNNVL_HEALTH_ADDRESS": f"127.0.0.1:{replica.health_port}",
     }
+    if replica.sources:
+        if built:
+            raise ValueError(f"{replica.name}: another version's sources cannot run in the image of this tree")
+        environment["PYTHONPATH"] = replica.sources
     if built:
         files = {
             image.SERVICE_ACCOUNT_DIRECTORY: _service_account_files(testbed, installed, controller, replica),

@@ -16,6 +16,7 @@ import base64
 import dataclasses
 import json
 import pathlib
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,9 @@ BLOCKS = {
     keys.GUARDIAN_CONTROLLER: "guardian",
     keys.TOPOLOGY_CONTROLLER: "topology",
 }
+#: Held while the release is read, changed and applied: threads of one test may change it at once (an upgrade
+#: rolls every controller at once), and a change made on a stale read would undo another.
+_changing = threading.RLock()
 #: The serving certificate lives in each controller's state directory; the chart only names a Secret for it.
 SERVING_SECRET = "testbed-webhook-serving"
 
@@ -147,20 +151,46 @@ def rendered(testbed: cluster.Testbed) -> Release:
 
 def install(testbed: cluster.Testbed, controller: str, block_values: Mapping[str, Any]) -> Release:
     """Set `controller`'s block to `block_values` and apply the release (all but the Deployments)."""
-    blocks = installed_blocks(testbed)
-    blocks[BLOCKS[controller]] = dict(block_values)
-    return _apply(testbed, blocks)
+    with _changing:
+        blocks = installed_blocks(testbed)
+        blocks[BLOCKS[controller]] = dict(block_values)
+        return _apply(testbed, blocks)
 
 
 def uninstall(testbed: cluster.Testbed, controller: str) -> Release:
     """Drop `controller`'s block from the release: its RBAC, Configuration, webhooks and the rest are deleted."""
-    blocks = installed_blocks(testbed)
-    blocks.pop(BLOCKS[controller], None)
-    return _apply(testbed, blocks)
+    with _changing:
+        blocks = installed_blocks(testbed)
+        blocks.pop(BLOCKS[controller], None)
+        return _apply(testbed, blocks)
+
+
+def chart_dir(testbed: cluster.Testbed) -> pathlib.Path:
+    """The chart the release is installed from: this tree's, unless `upgrade` installed another version's."""
+    path = _chart_file(testbed)
+    return pathlib.Path(path.read_text()) if path.exists() else chart.CHART_DIR
+
+
+def upgrade(testbed: cluster.Testbed, to_chart: pathlib.Path) -> Release:
+    """`helm upgrade` (or `helm rollback`) of the release to the chart at `to_chart`, its values unchanged: every
+    object is applied as that chart renders it, and what it no longer renders is deleted. The controllers' processes
+    are not touched: their Deployments roll separately (`controllers.roll`)."""
+    with _changing:
+        _chart_file(testbed).parent.mkdir(parents=True, exist_ok=True)
+        _chart_file(testbed).write_text(str(to_chart))
+        return _apply(testbed, installed_blocks(testbed))
+
+
+def _chart_file(testbed: cluster.Testbed) -> pathlib.Path:
+    return testbed.state_dir / "controllers" / "chart"
 
 
 def _render(testbed: cluster.Testbed, blocks: Mapping[str, Mapping[str, Any]]) -> Release:
-    return Release(chart.render(overrides=values(testbed, blocks), release=RELEASE, namespace=NAMESPACE))
+    return Release(
+        chart.render(
+            overrides=values(testbed, blocks), release=RELEASE, namespace=NAMESPACE, chart_dir=chart_dir(testbed)
+        )
+    )
 
 
 def _apply(testbed: cluster.Testbed, blocks: dict[str, dict[str, Any]]) -> Release:
