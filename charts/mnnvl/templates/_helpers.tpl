@@ -163,3 +163,44 @@ and every webhook configuration (helm caches nothing, so it is memoized in .Valu
 {{- define "mnnvl.image" -}}
 {{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
 {{- end }}
+
+{{/* Values renamed or removed, which keep working for one release (docs/upgrades.md, "Chart values: renames and
+removals"). One entry a line, the old and new dotted paths and the chart release that drops the old one, e.g.
+- {old: guardian.replicaCount, new: guardian.replicas, removedIn: "0.3.0"}
+(quote the release: YAML reads 0.3 as a number). Templates read a renamed value through "mnnvl.value", and
+NOTES.txt warns for each old key that is set. */}}
+{{- define "mnnvl.deprecatedValues" }}
+{{- end }}
+
+{{/* The value at a dotted path of .Values, as JSON: {"value": ...} when every key on the path is present (so
+false, 0 and "" count as set), {} otherwise. Call with (dict "root" $ "path" "guardian.replicas"). */}}
+{{- define "mnnvl.valueAt" -}}
+{{- $node := .root.Values }}
+{{- $found := true }}
+{{- range $key := splitList "." .path }}
+{{- if and $found (kindIs "map" $node) (hasKey $node $key) }}
+{{- $node = index $node $key }}
+{{- else }}
+{{- $found = false }}
+{{- end }}
+{{- end }}
+{{- toJson (ternary (dict "value" $node) (dict) $found) }}
+{{- end }}
+
+{{/* A value that may have been renamed: the value at .path, unless a deprecated key renamed to .path is set, which
+then wins. values.yaml gives the new key a default, so it always looks set; the old key has none, so it is set only
+by the user, and is what they meant. Call with (dict "root" $ "path" "guardian.replicas") and read
+(include "mnnvl.value" ... | fromJson).value; it is nil when neither is set. The value comes back through JSON, so a
+number is a float64, as values files give it. */}}
+{{- define "mnnvl.value" -}}
+{{- $found := include "mnnvl.valueAt" . | fromJson }}
+{{- range include "mnnvl.deprecatedValues" . | fromYamlArray }}
+{{- if eq .new $.path }}
+{{- $old := include "mnnvl.valueAt" (dict "root" $.root "path" .old) | fromJson }}
+{{- if hasKey $old "value" }}
+{{- $found = $old }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $found }}
+{{- end }}
