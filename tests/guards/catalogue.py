@@ -41,6 +41,10 @@ DS = "packages/mnnvl-ds/src/mnnvl_ds"
 GUARDIAN = "packages/mnnvl-guardian/src/mnnvl_guardian"
 #: The model of the Lease, the work queue and the cache-sync barrier (the scope models stand in for all three).
 LEASE_MODEL = f"{PROPERTY_SUITE}/test_lease_interleavings.py"
+#: The models run with a replica of the upgrade baseline's code beside one of the current code. They judge a
+#: contract between versions, not the current code's guards, so they run in `unit` and not in the guard runs
+#: (where they would run once per guard).
+MIXED_VERSIONS = f"{PROPERTY_SUITE}/test_mixed_versions.py"
 #: The model of the watch stores and their indexes, which reaches what the scope models seldom do.
 STORE_MODEL = f"{PROPERTY_SUITE}/test_store_interleavings.py"
 #: The model of mnnvl-guardian: its stores, planner, executor and Deny webhook.

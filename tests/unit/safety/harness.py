@@ -30,6 +30,12 @@ deep enough to matter.
 A scope's model adds its workloads (deleted and created again under the same names), its pods (names reused by
 new incarnations), its planner and its own invariants.
 
+Each replica's process runs the code of one version (`version_of`): the current code, but in the mixed-version
+models (`test_mixed_versions.py`), where one replica runs an earlier tree's (`versions`). Its stores, domain
+writer, executor, planner and webhooks are then that version's (`versions.Version.counterpart`), and a webhook
+that no step sends to a replica of its choosing (a workload's, a child LeaderWorkerSet's) is answered by each
+replica in turn (`serving`). The invariants are the current code's account of the promise, whichever version acts.
+
 The invariants checked after every step, for every controller:
 
 - `nothing_is_written_by_a_replica_that_does_not_lead`: every write sent (in flight, or landed at the API server)
@@ -78,7 +84,8 @@ from mnnvl_runtime.stores import Mirror, NamespacedName
 from ..mnnvl_runtime import memory_api
 from ..mnnvl_runtime.memory_api import MemoryApi, MemoryClient, Object
 from ..mnnvl_runtime.relist import Stream
-from . import settings
+from . import settings, versions
+from .versions import Version
 
 NS = "serving"
 #: The longest a pod's creation can take from our webhook's reads to the pod being persisted: the API server's
@@ -93,8 +100,6 @@ SETTLING_PASSES = 3
 #: a scope's rewrites of its workloads (deleted, created again, opt-in toggled, templates edited, rolled out). The
 #: holes found so far each take at most three of a kind; more only keep a run from getting deep.
 DISRUPTIONS = {"lease": 4, "workload": 4}
-#: The workload webhooks' environment: the gate on and ComputeDomains served.
-GATE_ON = opt_in.Environment(gate_enabled=True, api_served=True)
 GPU = {"name": "vllm", "image": "vllm", "resources": {"limits": {keys.GPU_RESOURCE: "4"}}}
 #: What a pass may raise that the work queue retries: API errors, a write refused after a hand-over, a cancel.
 RETRIED = (kube.ApiError, domain_writer.NotLeadingError, asyncio.CancelledError)
@@ -132,11 +137,22 @@ def new_writer(
     clock: Callable[[], float],
     may_write: Callable[[], bool],
     term: Callable[[], int],
+    version: Version = versions.CURRENT,
 ) -> domain_writer.DomainWriter:
-    """The one place the model builds a domain writer (as `mnnvl_runtime.reconciling` does)."""
-    return domain_writer.DomainWriter(
+    """The one place the model builds a domain writer (as `mnnvl_runtime.reconciling` does), of `version`'s code."""
+    return version.counterpart(domain_writer.DomainWriter)(
         client, component=component, scope=scope, fence_seconds=fence, clock=clock, may_write=may_write, term=term
     )
+
+
+def gate_on(version: Version) -> opt_in.Environment:
+    """The workload webhooks' environment, as `version`'s code has it: the gate on and ComputeDomains served."""
+    return version.counterpart(opt_in.Environment)(gate_enabled=True, api_served=True)
+
+
+def retried(version: Version) -> tuple[type[BaseException], ...]:
+    """What a pass of `version`'s code may raise that the work queue retries (`RETRIED`, of that version)."""
+    return tuple(version.counterpart(error) for error in RETRIED)
 
 
 MachineT = TypeVar("MachineT", bound=RuleBasedStateMachine)
@@ -193,7 +209,8 @@ WatchStoresT = TypeVar("WatchStoresT", bound=WatchStores)
 ExecutorT = TypeVar("ExecutorT")
 #: The stores of a scope controller (replica, slice).
 ScopeStoresT = TypeVar("ScopeStoresT", bound=stores.ScopeStores[Any, Any])
-#: Makes a process's executor from its writer, its client, its Lease check and its stores.
+#: Makes a process's executor from its writer, its client, its Lease check and its stores; of the code of the version
+#: its process runs (`ControllerMachine.version_of` the client's sender), as the writer and the stores are.
 NewExecutor = Callable[[domain_writer.DomainWriter, MemoryClient, Callable[[], bool], StoresT], ExecutorT]
 
 
@@ -208,9 +225,11 @@ class Listing:
 
 @dataclasses.dataclass(kw_only=True)
 class Replica(Generic[StoresT, ExecutorT]):
-    """One process of the controller: what it knows, its writer and executor, its pass in flight."""
+    """One process of the controller: what it knows, its writer and executor (of its version's code), its pass in
+    flight."""
 
     name: str
+    version: Version
     client: MemoryClient
     stores: StoresT
     writer: domain_writer.DomainWriter
@@ -256,6 +275,21 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         self.disruptions: dict[str, int] = {}
         #: Per replica process: the Lease term it leads in (`LeaderElector.term`), counted up each time it leads.
         self.terms: dict[str, int] = {}
+        #: Per webhook that a call reaches through its Service, not a named replica: the calls so far (`serving`).
+        self.webhook_calls: dict[str, int] = {}
+
+    def version_of(self, name: str) -> Version:
+        """The code replica `name`'s process runs, as it (re)starts: the current code, or in a mixed-version model
+        (`test_mixed_versions.py`) another version for one of the replicas."""
+        return versions.CURRENT
+
+    def serving(self, webhook: str, *, pace: int = 1) -> Version:
+        """The version of the replica that answers the next call of `webhook` that no step sends to a replica of its
+        choosing (the Service spreads calls over the replicas): each in turn, a turn lasting `pace` calls, so that
+        two webhooks of one request called at different paces meet every pair of versions."""
+        calls = self.webhook_calls[webhook] = self.webhook_calls.get(webhook, 0) + 1
+        name = REPLICAS[(calls - 1) // pace % len(REPLICAS)]
+        return self.replicas[name].version if name in self.replicas else self.version_of(name)
 
     def work_keys(self, replica: Replica[StoresT, ExecutorT]) -> list[NamespacedName]:
         """What a pass of `replica` may work on, as its stores know it."""
@@ -301,6 +335,7 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
         """A (re)started process remembers nothing; its watches read from `watch_from` on."""
         client = self.api.client(self.component, sender=name)
         self.terms[name] = 0  # a new process's elector counts its terms afresh
+        version = self.version_of(name)
 
         def may_write() -> bool:
             return self.api.leader == name
@@ -313,14 +348,16 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             clock=lambda: self.now,
             may_write=may_write,
             term=lambda: self.terms[name],
+            version=version,
         )
-        found = self.new_stores()
+        found = version.counterpart(self.new_stores)()  # a class of the controller's code: each version has its own
 
         def touched(keys: list[NamespacedName]) -> None:
             self.queued(self.replicas[name], keys)
 
         self.replicas[name] = Replica(
             name=name,
+            version=version,
             client=client,
             stores=found,
             writer=writer,
@@ -421,7 +458,7 @@ class ControllerMachine(RuleBasedStateMachine, Generic[StoresT, ExecutorT]):
             if replica.passing is not None and replica.passing.done():
                 if not replica.passing.cancelled() and replica.passing.exception() is not None:
                     error = replica.passing.exception()
-                    if not isinstance(error, RETRIED):
+                    if not isinstance(error, retried(replica.version)):
                         raise error  # type: ignore[misc]
                 replica.passing = None
 
@@ -613,15 +650,24 @@ class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
     def work_keys(self, replica: Replica[ScopeStoresT, ExecutorT]) -> list[NamespacedName]:
         return replica.stores.workload_keys()
 
+    def scope_executor(
+        self, writer: domain_writer.DomainWriter, client: MemoryClient, follow_up: scopes.FollowUp[Any] | None
+    ) -> scopes.ScopeExecutor[Any]:
+        """The scope's executor, of the code of the version that `client`'s process runs."""
+        version = self.version_of(client.sender)
+        return version.counterpart(scopes.ScopeExecutor)(version.counterpart(self.descriptor), writer, follow_up)
+
     def work(self, replica: Replica[ScopeStoresT, ExecutorT], key: NamespacedName) -> Coroutine[Any, Any, Any]:
-        snapshot, plan = self.plan_of(replica.stores, key)
+        snapshot, plan = self.plan_of(replica.stores, key, version=replica.version)
         applied: Coroutine[Any, Any, Any] = replica.executor.apply(snapshot, plan)  # type: ignore[attr-defined]
         return applied
 
-    def plan_of(self, stores: ScopeStoresT, key: NamespacedName) -> tuple[Any, plans.Plan]:
-        """The workload's snapshot in `stores`, and the scope's plan for it."""
+    def plan_of(
+        self, stores: ScopeStoresT, key: NamespacedName, *, version: Version = versions.CURRENT
+    ) -> tuple[Any, plans.Plan]:
+        """The workload's snapshot in `stores`, and the plan of `version`'s scope for it."""
         snapshot = stores.snapshot(*key, gate_enabled=True)
-        return snapshot, self.descriptor.plan(snapshot)
+        return snapshot, version.counterpart(self.descriptor).plan(snapshot)
 
     def progress(self) -> float:
         """Domain writes landed, late ones above all, and deletions."""
@@ -699,13 +745,15 @@ class ScopeMachine(ControllerRules[ScopeStoresT, ExecutorT]):
         """A create or update of a workload as the API server takes it: the scope's mutating webhook
         (`WorkloadRules.stamp`), its validating webhook (`errors`), then stored as kubectl would (an update replaces
         its annotations and spec). Returns the stored object (None: refused) and whether it was created; the
-        answers about the workload named `plain` are noted (`note_plain_answer`)."""
+        answers about the workload named `plain` are noted (`note_plain_answer`). Each webhook is answered by the
+        replica its turn names (`serving`), the validating one at half the mutating one's pace."""
         rules = self.descriptor.workload_rules
+        mutating, validating = self.serving("workload mutating"), self.serving("workload validating", pace=2)
         name = body["metadata"]["name"]
         old = self.api.get(rules.plural, NS, name)
-        patch = rules.stamp(body, GATE_ON)
+        patch = mutating.counterpart(self.descriptor).workload_rules.stamp(body, gate_on(mutating))
         mutated = jsonpatch.apply_patch(body, patch)
-        refused = bool(rules.errors(mutated, old, GATE_ON))
+        refused = bool(validating.counterpart(self.descriptor).workload_rules.errors(mutated, old, gate_on(validating)))
         if name == plain:
             self.note_plain_answer(f"{self.descriptor.workload_kind} {name}", refused=refused, patch=patch)
         if refused:

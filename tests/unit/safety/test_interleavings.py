@@ -90,7 +90,7 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
     def __init__(self) -> None:
         super().__init__(
             descriptor=scope.SCOPE,
-            new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(scope.SCOPE, writer, None),
+            new_executor=lambda writer, client, may_write, stores: self.scope_executor(writer, client, None),
         )
         #: The webhook's creates begun (`start_domain`) and not ended yet.
         self.starts: list[asyncio.Task[bool]] = []
@@ -235,12 +235,11 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
             self.pending.append((self.now + latency, body))
             return
         replica = self._replica(via)
+        admit_pod = replica.version.counterpart(pod_admission.admit_pod)
         admitted = self._admit(
-            body,
-            pod_admission.admit_pod(replica.client, replica.stores, body, token=next(self.tokens)),
-            latency=latency,
+            body, admit_pod(replica.client, replica.stores, body, token=next(self.tokens)), latency=latency
         )
-        start = None if admitted is None else rules.domain_to_start(body, admitted)
+        start = None if admitted is None else replica.version.counterpart(rules.domain_to_start)(body, admitted)
         if start is not None:
             self.start_domain(replica.name, replica.stores, start)
 
@@ -248,9 +247,8 @@ class ReplicaScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snaps
         """The webhook's background create (`pod_admission.start_domain`): its fresh read now, its create sent from
         the webhook's own client (no Lease: any replica serves the webhook), landing at any later step or never."""
         client = self.api.client(self.component, sender=name + WEBHOOK)
-        self.starts.append(
-            self.loop.create_task(pod_admission.create_for_leader(client, stores, start, component=self.component))
-        )
+        create_for_leader = self.replicas[name].version.counterpart(pod_admission.create_for_leader)
+        self.starts.append(self.loop.create_task(create_for_leader(client, stores, start, component=self.component)))
         self.settle()
 
     def settle(self) -> None:

@@ -87,8 +87,8 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
     def __init__(self) -> None:
         super().__init__(
             descriptor=scope.SCOPE,
-            new_executor=lambda writer, client, may_write, stores: scopes.ScopeExecutor(
-                scope.SCOPE, writer, UpstreamRetries(client, may_write=may_write)
+            new_executor=lambda writer, client, may_write, stores: self.scope_executor(
+                writer, client, self.version_of(client.sender).counterpart(UpstreamRetries)(client, may_write=may_write)
             ),
         )
         #: Per DisaggregatedSet name: its template edits (for its revision).
@@ -198,8 +198,9 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
             },
             "spec": {"replicas": 1, "leaderWorkerTemplate": template},
         }
+        child_errors = self.serving("child").counterpart(slice_admission.child_errors)
         refused = self.loop.run_until_complete(
-            slice_admission.child_errors(self.api.client(keys.DS_CONTROLLER), body, None, gate_enabled=True)
+            child_errors(self.api.client(keys.DS_CONTROLLER), body, None, gate_enabled=True)
         )
         if ds_name == PLAIN:
             self.note_plain_answer(f"LeaderWorkerSet {body['metadata']['name']}", refused=bool(refused), patch=[])
@@ -248,7 +249,8 @@ class SliceScope(ScopeMachine[state.Stores, scopes.ScopeExecutor[planner.Snapsho
             self.pending.append((self.now + latency, body))
             return
         replica = self._replica(via)
-        self._admit(body, slice_admission.admit_pod(replica.client, replica.stores, body), latency=latency)
+        admit_pod = replica.version.counterpart(slice_admission.admit_pod)
+        self._admit(body, admit_pod(replica.client, replica.stores, body), latency=latency)
 
     def _pods(self) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.api.view("pods"))

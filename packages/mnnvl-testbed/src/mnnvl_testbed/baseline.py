@@ -9,23 +9,27 @@ baseline whose locked dependencies differ would need an environment of its own.
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
+import json
 import os
 import pathlib
 import subprocess
 import tarfile
+import urllib.parse
+import urllib.request
 
 from . import building
 
 #: main as it stood before the upgrade tests existed (issue 26). Move it forward with each release: the upgrade
 #: tests then prove the step from the last release to this tree (docs/upgrades.md).
 UPGRADE_BASELINE = "5b20148e622ba29247bf1db1d1ff3e6a51c033c3"
-#: The root of this repository's clone (the testbed is only ever installed editable, from a clone).
+#: The root of the tree this module is in: a clone, or a scratch copy of one (the guard runs import a copy's).
 REPOSITORY = pathlib.Path(__file__).resolve().parents[4]
 
 
 class BaselineError(RuntimeError):
-    """The baseline commit cannot be had: neither in this clone nor from its `origin`."""
+    """The baseline commit cannot be had: neither in the clone nor from its `origin`."""
 
 
 def tree(commit: str = UPGRADE_BASELINE) -> pathlib.Path:
@@ -33,9 +37,10 @@ def tree(commit: str = UPGRADE_BASELINE) -> pathlib.Path:
     target = building.cache_root() / "baselines" / commit
     if (target / ".complete").exists():
         return target
-    _ensure_commit(commit)
+    repository = clone()
+    _ensure_commit(repository, commit)
     archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", "--format=tar", commit], capture_output=True, check=True
+        ["git", "-C", str(repository), "archive", "--format=tar", commit], capture_output=True, check=True
     ).stdout
     partial = target.with_name(f"{commit}.partial-{os.getpid()}")
     with tarfile.open(fileobj=io.BytesIO(archive)) as unpacked:
@@ -50,9 +55,24 @@ def tree(commit: str = UPGRADE_BASELINE) -> pathlib.Path:
     return target
 
 
-def _ensure_commit(commit: str) -> None:
+def clone() -> pathlib.Path:
+    """The git clone whose history holds the baselines: this tree, or, when it is a scratch copy without history,
+    the clone the testbed package is installed from (editable, as it always is)."""
+    if (REPOSITORY / ".git").exists():
+        return REPOSITORY
+    described = importlib.metadata.distribution("mnnvl-testbed").read_text("direct_url.json")
+    url = json.loads(described or "{}").get("url", "")
+    installed = pathlib.Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path)).parents[1]
+    if not (installed / ".git").exists():
+        raise BaselineError(
+            f"neither {REPOSITORY} nor {installed} (where mnnvl-testbed is installed from) is a git clone"
+        )
+    return installed
+
+
+def _ensure_commit(repository: pathlib.Path, commit: str) -> None:
     def present() -> bool:
-        probe = ["git", "-C", str(REPOSITORY), "cat-file", "-e", f"{commit}^{{commit}}"]
+        probe = ["git", "-C", str(repository), "cat-file", "-e", f"{commit}^{{commit}}"]
         return subprocess.run(probe, capture_output=True, check=False).returncode == 0
 
     if present():

@@ -24,12 +24,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from mnnvl_api import keys
+
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 DS_API_VERSION = "disaggregatedset.x-k8s.io/v1"
-DS_NAME_LABEL = "disaggregatedset.x-k8s.io/name"
-DS_ROLE_LABEL = "disaggregatedset.x-k8s.io/role"
-DS_SLICE_LABEL = "disaggregatedset.x-k8s.io/slice"
-DS_REVISION_LABEL = "disaggregatedset.x-k8s.io/revision"
 
 
 class NotModelledError(ValueError):
@@ -459,18 +457,18 @@ def _placement_terms(ds_name: str, slice_index: int, policy: Mapping[str, Any]) 
     def requirement(key: str, operator: str, *values: str) -> dict[str, Any]:
         return {"key": key, "operator": operator, **({"values": list(values)} if values else {})}
 
-    this_set = requirement(DS_NAME_LABEL, "In", ds_name)
+    this_set = requirement(keys.DS_NAME_LABEL, "In", ds_name)
     # Together: this set's pods of this slice. Apart: this set's pods of another slice (for slice 0 the label
     # must exist: an unlabelled legacy pod is slice 0).
-    together = term(this_set, requirement(DS_SLICE_LABEL, "In", str(slice_index)))
-    labelled = [requirement(DS_SLICE_LABEL, "Exists")] if slice_index == 0 else []
-    apart = [term(this_set, *labelled, requirement(DS_SLICE_LABEL, "NotIn", str(slice_index)))]
+    together = term(this_set, requirement(keys.DS_SLICE_LABEL, "In", str(slice_index)))
+    labelled = [requirement(keys.DS_SLICE_LABEL, "Exists")] if slice_index == 0 else []
+    apart = [term(this_set, *labelled, requirement(keys.DS_SLICE_LABEL, "NotIn", str(slice_index)))]
     if kind == "ExclusiveTopology":
         apart.append(
             term(
-                requirement(DS_NAME_LABEL, "Exists"),
-                requirement(DS_NAME_LABEL, "NotIn", ds_name),
-                requirement(DS_SLICE_LABEL, "Exists"),
+                requirement(keys.DS_NAME_LABEL, "Exists"),
+                requirement(keys.DS_NAME_LABEL, "NotIn", ds_name),
+                requirement(keys.DS_SLICE_LABEL, "Exists"),
             )
         )
     elif kind != "ExclusiveSlice":
@@ -506,10 +504,10 @@ def ds_child(ds: Mapping[str, Any], slice_index: int, role_name: str, *, replica
     role = next(found for found in defaulted_roles(ds) if found["name"] == role_name)
     labels = {
         "app": f"{ds_name}-{slice_index}-{role_name}",
-        DS_ROLE_LABEL: role_name,
-        DS_SLICE_LABEL: str(slice_index),
-        DS_NAME_LABEL: ds_name,
-        DS_REVISION_LABEL: revision,
+        keys.DS_ROLE_LABEL: role_name,
+        keys.DS_SLICE_LABEL: str(slice_index),
+        keys.DS_NAME_LABEL: ds_name,
+        keys.DS_REVISION_LABEL: revision,
     }
     spec = role["spec"]
     spec["replicas"] = replicas
