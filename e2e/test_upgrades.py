@@ -1,22 +1,28 @@
 """Upgrading mnnvl, and rolling it back, restarts nothing (docs/upgrades.md).
 
 The release is first installed from the chart and code of the baseline commit (`baseline.UPGRADE_BASELINE`), two
-replicas per controller, and runs the seeds' two workloads. Then `helm upgrade` to this tree, controller by
-controller; `helm rollback` to the baseline, all at once; and `helm upgrade` again, all at once. Each controller's
-Deployment rolls as with two replicas (one new replica up, then one old one down), so an old and a new replica run
-side by side: during each overlap the webhooks are served first by the old replica, then by the new one, while
-the workloads are edited as users do (scaled, annotated with keys that are not mnnvl's).
+replicas per controller (the guardian with its Deny webhook, so that it serves webhooks too), and runs the seeds'
+two workloads. Then `helm upgrade` to this tree, controller by controller; `helm rollback` to the baseline, all at
+once; and `helm upgrade` again, all at once. Each controller's Deployment rolls as with two replicas (one new replica
+up, then one old one down), so an old and a new replica run side by side. During each controller's first overlap the
+workloads are edited as users do (scaled, annotated with keys that are not mnnvl's): once with the webhooks at the
+old replica, once at the new one, and, controller by controller, once more with the Lease handed to the new replica
+and the webhooks back at the old one. Each serving replica must have answered some of the edit's admissions.
 
 After each step nothing restarted: no pod recreated, no domain deleted or recreated, no new revision of any
-workload, no call to mnnvl's webhooks failed or was refused; and the pods created meanwhile have their claims.
+workload, no call to mnnvl's webhooks failed or was refused, the pods created meanwhile have their claims, two
+replicas of each controller run the step's version, and none logged an error.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import datetime
 import pathlib
 import re
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,7 +31,7 @@ import yaml
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import baseline, chart, cluster, controllers, release, testing
+from mnnvl_testbed import baseline, chart, cluster, controllers, processes, release, testing
 
 from . import workloads
 
@@ -35,6 +41,8 @@ DS = "llm-serving"
 CONTROLLERS = (keys.LWS_CONTROLLER, keys.DS_CONTROLLER, keys.GUARDIAN_CONTROLLER)
 #: The annotation a user adds to the workloads meanwhile: not mnnvl's, so it must change no revision.
 USER_ANNOTATION = "example.com/on-call"
+#: What the holder logs when `Upgrade.hand_lease` takes its Lease away: expected here.
+HANDED_OVER = '"message": "lease taken by another replica, stepping down"'
 REJECTION_METRICS = ("apiserver_admission_webhook_rejection_count", "apiserver_admission_webhook_fail_open_count")
 
 
@@ -112,33 +120,85 @@ def webhook_rejections(api: kube.Kube) -> dict[str, float]:
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Overlap:
+    """The edits made during a controller's first overlap of an old and a new replica."""
+
+    #: With the webhooks at the old replica (while an old replica leads).
+    old_serves: Edit | None = None
+    #: With the webhooks at the new replica.
+    new_serves: Edit | None = None
+    #: With the Lease handed to the new replica and the webhooks back at the old one: the old version admits what
+    #: the new one reconciles.
+    new_leads: Edit | None = None
+
+
+def admissions(replica: controllers.Replica) -> float:
+    """How many admission requests `replica` answered."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("mnnvl_admission_requests_total{"))
+
+
 class Upgrade:
     """The testbed's mnnvl release being moved between versions. Each controller's webhooks point at one replica at
     a time, moved to a new replica before an old one stops, as a Service's endpoints follow a rolling update."""
 
-    def __init__(self, testbed: cluster.Testbed) -> None:
-        self.testbed = testbed
+    def __init__(self, testbed: cluster.Testbed, api: kube.Kube) -> None:
+        self.testbed, self.api = testbed, api
         self.steps: list[str] = []
+        self.logs = {path: path.stat().st_size for path in self._logs()}
 
     def install(self, version: Version) -> None:
         release.upgrade(self.testbed, version.chart_dir)
         for controller in reversed(CONTROLLERS):
-            controllers.start(self.testbed, controller, replicas=2, sources=version.sources)
+            # The guardian's Deny webhook, so that it too serves webhooks (the default protection has none).
+            extra: dict[str, object] | None = (
+                {"computeDomain": {"deletionProtection": "Deny"}} if controller == keys.GUARDIAN_CONTROLLER else None
+            )
+            controllers.start(self.testbed, controller, replicas=2, sources=version.sources, extra_config=extra)
 
-    def roll(self, version: Version, *, one_by_one: bool, edits: dict[str, tuple[Edit, Edit]]) -> None:
+    def serve(self, controller: str, replica: controllers.Replica, edit: Edit) -> None:
+        """`edit` with `controller`'s webhooks at `replica`, which must answer some of its calls."""
+        controllers.point_webhooks_at(self.testbed, replica, controller)
+        before = admissions(replica)
+        edit()
+        assert admissions(replica) > before, f"{replica.name} answered none of the admissions of {edit.__name__}"
+
+    def hand_lease(self, controller: str, to: controllers.Replica) -> None:
+        """The Lease handed to `to`, as if its holder had stopped renewing: the holder's next renewal sees another
+        holder and steps down."""
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        path = kube.path_of("coordination.k8s.io/v1", "leases", namespace=controllers.NAMESPACE, name=controller)
+        self.api.request(
+            "PATCH", path, body={"spec": {"holderIdentity": to.name, "renewTime": now}}, content_type=kube.MERGE_PATCH
+        )
+        others = [r for r in controllers.running_replicas(self.testbed, controller) if r != to]
+        testing.wait_for(
+            lambda: workloads.lease_held(to) and not any(workloads.lease_held(r) for r in others),
+            what=f"{to.name} alone to lead",
+            timeout=60,
+        )
+
+    def roll(self, version: Version, *, one_by_one: bool, edits: dict[str, Overlap]) -> None:
         """`helm upgrade` (or rollback) to `version`: the chart first, then the Deployments, controller by controller
-        or all at once; `edits[controller]`: one made while the old replica serves the webhooks, one while the new
-        one does, during that controller's first overlap of old and new."""
+        or all at once; `edits[controller]` are made during that controller's first overlap of old and new."""
         release.upgrade(self.testbed, version.chart_dir)
 
         def roll_one(controller: str) -> None:
-            pending = list(edits.get(controller, ()))
+            pending = [edits.get(controller, Overlap())]
 
             def overlap(old: controllers.Replica, new: controllers.Replica) -> None:
-                for replica, edit in zip((old, new), pending, strict=False):
-                    controllers.point_webhooks_at(self.testbed, replica, controller)
-                    edit()
-                pending.clear()
+                if not pending:
+                    return
+                made = pending.pop()
+                if made.old_serves is not None:
+                    self.serve(controller, old, made.old_serves)
+                if made.new_serves is not None:
+                    self.serve(controller, new, made.new_serves)
+                if made.new_leads is not None:
+                    self.hand_lease(controller, new)
+                    self.serve(controller, old, made.new_leads)
 
             controllers.roll(self.testbed, controller, sources=version.sources, overlap=overlap)
 
@@ -150,22 +210,48 @@ class Upgrade:
                 for done in [pool.submit(roll_one, controller) for controller in CONTROLLERS]:
                     done.result()
         self.steps.append(f"{'controller by controller' if one_by_one else 'all at once'} to {version.name}")
+        self.replicas_healthy(version)
+
+    def replicas_healthy(self, version: Version) -> None:
+        """Two replicas of each controller run `version`, alive, and no replica logged an error since the start."""
+        supervisor = processes.Supervisor(self.testbed.state_dir)
+        for controller in CONTROLLERS:
+            up = controllers.started_replicas(self.testbed, controller)
+            assert [(r.sources, supervisor.alive(r.name)) for r in up] == [(version.sources, True)] * 2, (
+                f"{self.steps[-1]}: {controller}'s replicas: {up}"
+            )
+        errors = [
+            f"{path.name}: {line}"
+            for path in self._logs()
+            for line in path.read_bytes()[self.logs.get(path, 0) :].decode(errors="replace").splitlines()
+            if ('"level": "error"' in line or '"level": "critical"' in line or "Traceback" in line)
+            and HANDED_OVER not in line
+        ]
+        assert errors == [], f"{self.steps[-1]}: the controllers logged errors"
+
+    def _logs(self) -> list[pathlib.Path]:
+        return [
+            path for controller in CONTROLLERS for path in (self.testbed.state_dir / "logs").glob(f"{controller}-*.log")
+        ]
 
 
 @pytest.fixture
 def upgrade(
     testbed: cluster.Testbed, api: kube.Kube, ns: str, lws_controller: list[controllers.Replica]
 ) -> Iterator[Upgrade]:
-    """The release at the baseline version, two replicas per controller behind Service stand-ins; afterwards back to
-    this tree with one replica each, as the session's controllers run."""
-    moving = Upgrade(testbed)
+    """The release at the baseline version, two replicas per controller; afterwards back to this tree with one
+    replica each, as the session's controllers run, whatever failed."""
+    moving = Upgrade(testbed, api)
     try:
         moving.install(baseline_version())
         yield moving
     finally:
-        release.upgrade(testbed, chart.CHART_DIR)
-        for controller in reversed(CONTROLLERS):
-            controllers.start(testbed, controller, gate=True)
+        # Each step runs even if one before it fails (an ExitStack runs its callbacks last first): the chart, then
+        # the controllers in the order the session started them.
+        with contextlib.ExitStack() as restarts:
+            for controller in CONTROLLERS:
+                restarts.callback(controllers.start, testbed, controller, gate=True)
+            restarts.callback(release.upgrade, testbed, chart.CHART_DIR)
 
 
 def seed_workloads() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -189,39 +275,95 @@ def test_upgrades_and_a_rollback_side_by_side_restart_nothing(upgrade: Upgrade, 
     refused_before = webhook_rejections(api)
     assert len(first.domains) == 2, testing.dump(workloads.summary(api, ns))
 
-    def scale(replicas: int) -> Callable[[], None]:
-        def edit() -> None:
-            workloads.patch_lws(api, ns, LWS, {"spec": {"replicas": replicas}})
-            wait_groups_admitted(api, ns, replicas)
+    def scale(*counts: int) -> Edit:
+        """The LWS scaled to each count in turn, each time until its leaders are admitted and its domains follow."""
 
+        def edit() -> None:
+            for replicas in counts:
+                workloads.patch_lws(api, ns, LWS, {"spec": {"replicas": replicas}})
+                wait_groups_admitted(api, ns, replicas)
+
+        edit.__name__ = f"scaling {LWS} to {counts}"
         return edit
 
-    def annotate(path: Callable[[], str], value: str) -> Callable[[], None]:
+    def scale_prefill(replicas: int) -> Edit:
         def edit() -> None:
-            api.patch(path(), {"metadata": {"annotations": {USER_ANNOTATION: value}}})
+            path = "/spec/roles/0/spec/replicas"
+            api.patch(
+                workloads.ds_path(ns, DS),
+                [{"op": "replace", "path": path, "value": replicas}],
+                content_type=kube.JSON_PATCH,
+            )
+            wait_prefill_admitted(api, ns, replicas)
 
+        edit.__name__ = f"scaling {DS}'s prefill to {replicas}"
         return edit
 
-    lws_path = lambda: workloads.lws_path(ns, LWS)  # noqa: E731
-    ds_path = lambda: workloads.ds_path(ns, DS)  # noqa: E731
+    def annotate(path: str, value: str) -> Edit:
+        def edit() -> None:
+            api.patch(path, {"metadata": {"annotations": {USER_ANNOTATION: value}}})
+
+        edit.__name__ = f"annotating {path}"
+        return edit
+
+    lws_path, ds_path = workloads.lws_path(ns, LWS), workloads.ds_path(ns, DS)
     old, new = baseline_version(), CURRENT
 
     upgrade.roll(
         new,
         one_by_one=True,
         edits={
-            keys.LWS_CONTROLLER: (scale(2), annotate(lws_path, "upgrade-lws")),
-            keys.DS_CONTROLLER: (annotate(ds_path, "upgrade-ds-old"), annotate(ds_path, "upgrade-ds-new")),
-            keys.GUARDIAN_CONTROLLER: (scale(1), scale(2)),
+            keys.LWS_CONTROLLER: Overlap(scale(2), annotate(lws_path, "upgrade"), scale(1)),
+            keys.DS_CONTROLLER: Overlap(scale_prefill(2), annotate(ds_path, "upgrade"), scale_prefill(1)),
+            # The guardian answers domain deletions only: each edit deletes the domain of a group it adds.
+            keys.GUARDIAN_CONTROLLER: Overlap(scale(2, 1), scale(2, 1), scale(2, 1)),
         },
     )
     nothing_restarted(api, ns, first, refused_before, upgrade.steps)
 
-    upgrade.roll(old, one_by_one=False, edits={keys.LWS_CONTROLLER: (scale(1), annotate(lws_path, "rollback"))})
+    upgrade.roll(
+        old,
+        one_by_one=False,
+        edits={
+            keys.LWS_CONTROLLER: Overlap(scale(2), annotate(lws_path, "rollback")),
+            keys.DS_CONTROLLER: Overlap(scale_prefill(2), annotate(ds_path, "rollback")),
+        },
+    )
     nothing_restarted(api, ns, first, refused_before, upgrade.steps)
 
-    upgrade.roll(new, one_by_one=False, edits={keys.LWS_CONTROLLER: (scale(2), annotate(ds_path, "upgrade-again"))})
+    upgrade.roll(
+        new,
+        one_by_one=False,
+        edits={
+            keys.LWS_CONTROLLER: Overlap(scale(1), annotate(lws_path, "upgrade-again")),
+            keys.DS_CONTROLLER: Overlap(scale_prefill(1), annotate(ds_path, "upgrade-again")),
+        },
+    )
     nothing_restarted(api, ns, first, refused_before, upgrade.steps)
+
+
+def wait_prefill_admitted(api: kube.Kube, ns: str, replicas: int) -> None:
+    """Until the DisaggregatedSet's prefill role has `replicas` groups of pods, each ungated with its claim and in
+    the slice's one domain (like an added LWS group, an added role group finds no free node here)."""
+
+    def admitted() -> bool:
+        pods = [
+            p
+            for p in workloads.ds_pods(api, ns, DS)
+            if workloads.role_of(p) == "prefill" and not p["metadata"].get("deletionTimestamp")
+        ]
+        return (
+            len(pods) == 2 * replicas
+            and all(workloads.claimed_containers(p) and not workloads.is_gated(p) for p in pods)
+            and len({workloads.domain_of(p) for p in pods}) == 1
+        )
+
+    testing.wait_for(
+        admitted,
+        what=f"{replicas} prefill groups of {DS} admitted with their claims",
+        state=testing.state_of(lambda: workloads.ds_summary(api, ns, DS)),
+        timeout=workloads.TIMEOUT,
+    )
 
 
 def wait_groups_admitted(api: kube.Kube, ns: str, replicas: int) -> None:

@@ -177,16 +177,17 @@ def table_problems(render: Render, chart_dir: pathlib.Path) -> tuple[list[Any], 
     chart_version = _version(yaml.safe_load((chart_dir / "Chart.yaml").read_text())["version"])
     problems: list[str] = []
     for entry in table:
-        if not isinstance(entry, dict) or set(entry) != {"old", "new", "removedIn"}:
-            problems.append(f"{entry!r}: not a map of old, new and removedIn")
+        if not isinstance(entry, dict) or set(entry) not in ({"old", "new", "removedIn"}, {"old", "removedIn"}):
+            problems.append(f"{entry!r}: not a map of old, new (unless removed) and removedIn")
             continue
-        old, new, removed_in = entry["old"], entry["new"], entry["removedIn"]
+        old, new, removed_in = entry["old"], entry.get("new"), entry["removedIn"]
         if _at(values, old)[0]:
             problems.append(f"{old}: still in values.yaml")
-        if not _at(values, new)[0]:
+        if new is not None and not _at(values, new)[0]:
             problems.append(f"{new}: not in values.yaml")
         description = (_schema_at(schema, old) or {}).get("description", "")
-        if not description.startswith(f"Deprecated: use {new}; removed in {removed_in}"):
+        note = f"Deprecated: use {new}" if new is not None else "Deprecated: no effect"
+        if not description.startswith(f"{note}; removed in {removed_in}"):
             problems.append(f"{old}: the schema has no deprecation note for it")
         version = _version(str(removed_in))
         if not isinstance(removed_in, str) or version is None or chart_version is None or version <= chart_version:
@@ -223,6 +224,34 @@ def test_a_malformed_table_is_caught(render: Render, tmp_path_factory: pytest.Te
         "guardian.replicas: removedIn 0.1 is not a quoted release after (0, 1, 0)",
         "guardian.replicas: still in values.yaml",
         "guardian.replicas: the schema has no deprecation note for it",
-        "{'old': 'lws.replicaCount'}: not a map of old, new and removedIn",
+        "{'old': 'lws.replicaCount'}: not a map of old, new (unless removed) and removedIn",
         "guardian.replicas: listed twice",
     ]
+
+
+REMOVED = "lws.legacySwitch"
+REMOVAL = f'- {{old: {REMOVED}, removedIn: "{REMOVED_IN}"}}'
+
+
+def _remove(copy: pathlib.Path) -> None:
+    """What removing a value leaves behind for one release: the schema still accepts it, with its note."""
+    schema_path = copy / "values.schema.json"
+    schema = json.loads(schema_path.read_text())
+    schema["properties"]["lws"]["properties"]["legacySwitch"] = {
+        "type": "boolean",
+        "description": f"Deprecated: no effect; removed in {REMOVED_IN}.",
+    }
+    schema_path.write_text(json.dumps(schema, indent=2) + "\n")
+
+
+def test_a_removed_value_is_still_accepted_changes_nothing_and_warns(
+    render: Render, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    removed_chart = _copy(tmp_path_factory, (REMOVAL,), _remove)
+    table, problems = table_problems(render, removed_chart)
+    assert (table, problems) == ([{"old": REMOVED, "removedIn": REMOVED_IN}], [])
+    with_it = _objects(render, removed_chart, {"lws": {"legacySwitch": True}})
+    without = _objects(render, removed_chart, {})
+    assert _chart_objects(with_it) == _chart_objects(without)
+    assert f"WARNING: the value {REMOVED} has no effect any more and goes away in chart {REMOVED_IN}" in _notes(with_it)
+    assert "WARNING" not in _notes(without)

@@ -167,6 +167,8 @@ and every webhook configuration (helm caches nothing, so it is memoized in .Valu
 {{/* Values renamed or removed, which keep working for one release (docs/upgrades.md, "Chart values: renames and
 removals"). One entry a line, the old and new dotted paths and the chart release that drops the old one, e.g.
 - {old: guardian.replicaCount, new: guardian.replicas, removedIn: "0.3.0"}
+or, for a value removed (still accepted, with no effect), no new path:
+- {old: lws.someSwitch, removedIn: "0.3.0"}
 (quote the release: YAML reads 0.3 as a number). Templates read a renamed value through "mnnvl.value", and
 NOTES.txt warns for each old key that is set. */}}
 {{- define "mnnvl.deprecatedValues" }}

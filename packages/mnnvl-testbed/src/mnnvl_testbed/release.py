@@ -215,7 +215,10 @@ def _apply(testbed: cluster.Testbed, blocks: dict[str, dict[str, Any]]) -> Relea
                 client.delete(kube.path_of(resource.api_version, resource.plural, namespace=namespace, name=name))
     path = _state_file(testbed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(blocks))
+    # Replaced whole: a thread may read it without the lock (`rendered`) while another applies.
+    partial = path.with_name(f"{path.name}.{threading.get_ident()}")
+    partial.write_text(json.dumps(blocks))
+    partial.replace(path)
     return release
 
 
