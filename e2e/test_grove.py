@@ -189,8 +189,7 @@ def test_a_podcliqueset_no_clique_can_hold_is_refused_by_kai_and_warned_about_by
     workers = grove_testbed.nodes_per_clique + 1
     with topologies(grove_testbed, SEED_WITH_GROVE_ALPHA_11):
         created = api.create(podcliqueset("too-wide", ns, workers=workers), "podcliquesets")
-        verdicts = wait_refused(api, ns, "too-wide", workers)
-        assert all(PLACEMENT.format(topology=SEED_BINDING) in message for message in verdicts), verdicts
+        wait_refused(api, ns, "too-wide", workers, naming=PLACEMENT.format(topology=SEED_BINDING))
         kind, _, message = wait_event(api, "too-wide", events.CLIQUE_TOO_SMALL_REASON, namespace=ns)
     assert kind == "Warning"
     assert message.startswith(f"needs {workers} nodes in one clique; "), message
@@ -200,18 +199,24 @@ def test_a_podcliqueset_no_clique_can_hold_is_refused_by_kai_and_warned_about_by
     assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
 
 
-def wait_refused(api: kube.Kube, ns: str, name: str, workers: int) -> list[str]:
-    """Until KAI has refused every one of the `workers` workers of PodCliqueSet `name`; its messages."""
+def wait_refused(api: kube.Kube, ns: str, name: str, workers: int, *, naming: str) -> None:
+    """Until KAI has refused every one of the `workers` workers of PodCliqueSet `name` with a message naming
+    `naming`. KAI may first refuse a pod for a passing reason (its PodGroup's subgroups not yet written), so the
+    wait is for the settled verdict."""
 
-    def refused() -> list[str] | None:
-        pods = grove_pods(api, ns, name)
-        messages = [message for p in pods if (message := kai_refusal(p))]
-        return messages if len(pods) == workers and len(messages) == workers else None
+    def messages() -> list[str]:
+        return [message for p in grove_pods(api, ns, name) if (message := kai_refusal(p))]
 
-    return testing.wait_for(
+    def refused() -> bool:
+        found = messages()
+        return len(grove_pods(api, ns, name)) == workers and len(found) == workers and all(naming in m for m in found)
+
+    testing.wait_for(
         refused,
-        what=f"KAI refusing all {workers} workers of {name}",
-        state=testing.state_of(lambda: testing.placement(grove_pods(api, ns, name))),
+        what=f"KAI refusing all {workers} workers of {name}, naming {naming!r}",
+        state=testing.state_of(
+            lambda: {"placement": testing.placement(grove_pods(api, ns, name)), "refusals": messages()}
+        ),
         timeout=workloads.TIMEOUT,
     )
 
@@ -225,7 +230,6 @@ def test_with_the_seeds_two_names_grove_alpha_11_asks_kai_for_a_topology_that_do
     api = grove_testbed.api()
     with topologies(grove_testbed, {"name": SEED_TOPOLOGY, "levels": CLIQUE_AND_HOST}):
         api.create(podcliqueset("distributed-inference", ns), "podcliquesets")
-        verdicts = wait_refused(api, ns, "distributed-inference", 2)
-        assert all(SEED_BINDING in message for message in verdicts), verdicts
+        wait_refused(api, ns, "distributed-inference", 2, naming=SEED_BINDING)
         [group] = api.list_objects(kai.PODGROUP_API, "podgroups", namespace=ns)
         assert group["spec"]["topologyConstraint"]["topology"] == SEED_BINDING
