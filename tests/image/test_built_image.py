@@ -1,6 +1,6 @@
 """The image itself: the unchanged Dockerfile built with buildah (chroot isolation) from local stand-ins for its two
-bases (mnnvl_testbed.image), then checked as built: its configuration, its files, and each console script started
-in a container of it as the image's user.
+bases (mnnvl_testbed.image), then checked as built: its configuration and labels, its files and bill of materials,
+and each console script started in a container of it as the image's user.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 import uv
 from packaging import utils
+from requirements import sbom
 
 from mnnvl_api import keys
 from mnnvl_testbed import image
@@ -24,6 +25,7 @@ from mnnvl_testbed import image
 ROOT = pathlib.Path(__file__).parents[2]
 VENV = "/opt/mnnvl"
 NON_ROOT = "65532:65532"
+SBOM = f"{VENV}/sbom.cdx.json"
 CLI_SCRIPT = keys.CLI
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;\\]+)", re.MULTILINE)
 NO_CREDENTIALS = (
@@ -36,6 +38,13 @@ BUILD_TOOL = re.compile(
 )
 #: Where a command is found: the image's PATH, and the build stage's place for uv.
 COMMAND_DIRECTORIES = ("/opt/mnnvl/bin", "/usr/local/bin", "/usr/local/sbin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+#: The labels a release sets (docs/release.md) and the one naming the bill of materials.
+LABELS = (
+    "org.opencontainers.image.source",
+    "org.opencontainers.image.version",
+    "org.opencontainers.image.revision",
+    "dev.mnnvl.sbom",
+)
 #: Directories anyone may write to that a Pod's `readOnlyRootFilesystem: true` closes (chroot cannot: docs/image.md).
 STICKY_SCRATCH = {"/tmp", "/var/tmp", "/run/lock", "/dev/shm"}
 
@@ -57,9 +66,15 @@ def controller_scripts() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def built(request: pytest.FixtureRequest) -> str:
+def arguments() -> dict[str, str]:
+    """The build arguments the image is built with, as the testbed passes them."""
+    return image.build_arguments(ROOT)
+
+
+@pytest.fixture(scope="session")
+def built(request: pytest.FixtureRequest, arguments: dict[str, str]) -> str:
     """The image id of the Dockerfile built as it is; its size is printed in the test report."""
-    image_id = image.build(ROOT, pathlib.Path(uv.find_uv_bin()))
+    image_id = image.build(ROOT, pathlib.Path(uv.find_uv_bin()), arguments)
     size = image.buildah("images", "--format", "{{.Size}}", image_id).strip()
     with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
         print(f"\nimage {image.TAG} ({image_id[:12]}): {size}")
@@ -83,6 +98,22 @@ def container(built: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def root_filesystem(container: str) -> pathlib.Path:
     return pathlib.Path(image.buildah("mount", container).strip())
+
+
+@pytest.fixture(scope="session")
+def installed(container: str) -> dict[str, str]:
+    """Every distribution in the image, by canonical name, with its version, as the image's own Python reads them."""
+    listing = run(
+        container,
+        [
+            "python",
+            "-c",
+            "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version "
+            "for d in m.distributions()}))",
+        ],
+    )
+    assert listing.returncode == 0, listing.stderr
+    return {utils.canonicalize_name(name): version for name, version in json.loads(listing.stdout).items()}
 
 
 #: What `buildah run` itself puts in a container's root filesystem (as a kubelet mounts them into a Pod's), not the
@@ -160,28 +191,46 @@ def test_nothing_in_the_root_filesystem_is_writable_by_the_image_user_but_scratc
     assert all((root_filesystem / path.lstrip("/")).stat().st_mode & stat.S_ISVTX for path in writable)
 
 
-def test_it_holds_exactly_the_locked_packages_and_ours(container: str) -> None:
-    listing = run(
-        container,
-        [
-            "python",
-            "-c",
-            "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version "
-            "for d in m.distributions()}))",
-        ],
+def test_it_is_labelled_with_its_source_version_revision_and_bill_of_materials(
+    configuration: dict[str, object], arguments: dict[str, str]
+) -> None:
+    found: dict[str, str] = configuration["Labels"]  # type: ignore[assignment]
+    assert {name: found.get(name) for name in LABELS} == {
+        "org.opencontainers.image.source": "https://github.com/mnnvl/mnnvl",
+        "org.opencontainers.image.version": arguments["VERSION"],
+        "org.opencontainers.image.revision": arguments["REVISION"],
+        "dev.mnnvl.sbom": SBOM,
+    }
+    assert "org.opencontainers.image.created" not in found
+
+
+def test_its_bill_of_materials_lists_exactly_what_it_holds(
+    root_filesystem: pathlib.Path, installed: dict[str, str], arguments: dict[str, str]
+) -> None:
+    document = json.loads((root_filesystem / SBOM.lstrip("/")).read_text())
+    # The document the generator makes of this tree for this version, written at build time ...
+    assert document == sbom.read(ROOT, arguments["VERSION"])
+    assert (document["specVersion"], document["metadata"]["component"]["version"]) == ("1.5", arguments["VERSION"])
+    # ... names every distribution the image holds, at the version it holds, and nothing else.
+    listed = {component["name"]: component["version"] for component in document["components"]}
+    assert listed == installed
+    assert all(
+        component["purl"] == f"pkg:pypi/{component['name']}@{component['version']}"
+        for component in document["components"]
     )
-    assert listing.returncode == 0, listing.stderr
-    found = {utils.canonicalize_name(name): version for name, version in json.loads(listing.stdout).items()}
+
+
+def test_it_holds_exactly_the_locked_packages_and_ours(installed: dict[str, str]) -> None:
     locked = {
         utils.canonicalize_name(m["name"]): m["version"]
         for m in PIN.finditer((ROOT / "requirements" / "runtime.txt").read_text())
     }
     ours = {utils.canonicalize_name(str(p["name"])): str(p["version"]) for p in product_packages()}
-    third_party = {name: version for name, version in found.items() if name not in ours}
-    assert {name: found.get(name) for name in ours} == ours
+    third_party = {name: version for name, version in installed.items() if name not in ours}
+    assert {name: installed.get(name) for name in ours} == ours
     # Every pin applies to CPython 3.11 on Linux (the lock's two markers exclude PyPy only).
     assert third_party == locked
-    assert "mnnvl-testbed" not in found
+    assert "mnnvl-testbed" not in installed
 
 
 def test_it_has_a_console_script_per_controller_and_the_cli(root_filesystem: pathlib.Path) -> None:

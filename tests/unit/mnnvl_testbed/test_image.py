@@ -7,6 +7,7 @@ import pathlib
 import re
 
 import pytest
+import yaml
 
 from mnnvl_testbed import image
 
@@ -32,6 +33,49 @@ def test_the_repositorys_dockerfile_names_the_python_base_and_uvs_image() -> Non
     assert image.base_images((ROOT / "Dockerfile").read_text()) == image.BaseImages(
         python="docker.io/library/python:3.11-slim-bookworm", uv="ghcr.io/astral-sh/uv:0.13.9"
     )
+
+
+PINNED = (
+    f"ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:{'a' * 64}\n"
+    f"ARG UV_IMAGE=ghcr.io/astral-sh/uv:1@sha256:{'b' * 64}\n"
+    "ARG VERSION=dev\nFROM ${UV_IMAGE} AS uv\nFROM ${PYTHON_IMAGE} AS build\nRUN true\nFROM ${PYTHON_IMAGE}\n"
+    "COPY --from=build /opt /opt\n"
+)
+
+
+def test_bases_pinned_by_digest_are_built_from_the_stand_ins_by_tag() -> None:
+    assert image.stand_in_arguments(PINNED) == {
+        "PYTHON_IMAGE": "python:3.11-slim-bookworm",
+        "UV_IMAGE": "ghcr.io/astral-sh/uv:1",
+    }
+    assert image.base_images(PINNED) == image.BaseImages(
+        python="docker.io/library/python:3.11-slim-bookworm", uv="ghcr.io/astral-sh/uv:1"
+    )
+
+
+def test_a_digest_written_in_a_from_line_is_refused_naming_the_way_out() -> None:
+    text = PINNED.replace("FROM ${UV_IMAGE} AS uv", f"FROM ghcr.io/astral-sh/uv:1@sha256:{'b' * 64} AS uv")
+    with pytest.raises(image.ImageError, match="in a FROM line: pin it in the default of a global ARG"):
+        image.base_images(text)
+
+
+@pytest.mark.parametrize(
+    ("head", "modified", "label"),
+    [
+        ("0123abc", False, "0123abc"),
+        ("0123abc", True, "0123abc-dirty"),
+        (None, False, "unknown"),
+    ],
+)
+def test_the_revision_label_says_whether_the_tree_is_the_commit(head: str | None, modified: bool, label: str) -> None:
+    assert image.revision(head, modified=modified) == label
+
+
+def test_the_build_labels_the_charts_app_version_and_names_the_stand_ins() -> None:
+    arguments = image.build_arguments(ROOT)
+    assert arguments["VERSION"] == yaml.safe_load((ROOT / "charts" / "mnnvl" / "Chart.yaml").read_text())["appVersion"]
+    assert arguments["PYTHON_IMAGE"] == "python:3.11-slim-bookworm"
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", arguments["REVISION"])
 
 
 def test_an_argument_overriding_the_python_base_is_followed() -> None:
@@ -90,6 +134,12 @@ def test_a_replica_runs_as_its_pod_would(monkeypatch: pytest.MonkeyPatch, tmp_pa
     ]
 
 
+def test_a_replica_whose_pod_sets_no_user_runs_as_the_images_user() -> None:
+    command = image.run_command("mnnvl-testbed-mnnvl-lws-0", ["mnnvl-lws"], environment={}, mounts=[], user=None)
+    assert "--user" not in command
+    assert command[-3:] == ["mnnvl-testbed-mnnvl-lws-0", "--", "mnnvl-lws"]
+
+
 def test_the_python_stand_in_is_made_for_its_one_base_only() -> None:
     with pytest.raises(
         image.ImageError,
@@ -127,15 +177,20 @@ def test_the_build_is_reused_only_while_its_context_is_unchanged(
     tmp_path: pathlib.Path, changed: str, rebuilds: bool
 ) -> None:
     root = context(tmp_path)
-    before = image.context_digest(root, ["recipe"])
+    before = image.context_digest(root, ["recipe"], {"REVISION": "1"})
     (root / changed).parent.mkdir(parents=True, exist_ok=True)
     (root / changed).write_text("changed\n")
-    assert (image.context_digest(root, ["recipe"]) != before) is rebuilds
+    assert (image.context_digest(root, ["recipe"], {"REVISION": "1"}) != before) is rebuilds
 
 
 def test_a_changed_base_rebuilds(tmp_path: pathlib.Path) -> None:
     root = context(tmp_path)
-    assert image.context_digest(root, ["one"]) != image.context_digest(root, ["other"])
+    assert image.context_digest(root, ["one"], {}) != image.context_digest(root, ["other"], {})
+
+
+def test_a_changed_build_argument_rebuilds(tmp_path: pathlib.Path) -> None:
+    root = context(tmp_path)
+    assert image.context_digest(root, [], {"REVISION": "1"}) != image.context_digest(root, [], {"REVISION": "2"})
 
 
 def test_testbeds_sharing_the_store_name_their_replicas_apart(tmp_path: pathlib.Path) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import re
 import shlex
+from collections.abc import Mapping
 
 ARG_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -69,9 +70,23 @@ def instruction(line: str) -> Instruction:
     )
 
 
-def parse(text: str) -> list[Stage]:
-    """The stages in order; ARGs declared before the first FROM are substituted into FROM lines."""
+def global_arguments(text: str) -> dict[str, str]:
+    """The ARGs declared before the first FROM, with their defaults ("" for none): the only ones FROM lines see."""
     defaults: dict[str, str] = {}
+    for line in logical_lines(text):
+        parsed = instruction(line)
+        if parsed.keyword == "FROM":
+            break
+        if parsed.keyword == "ARG":
+            name, _, value = parsed.arguments[0].partition("=")
+            defaults[name] = value
+    return defaults
+
+
+def parse(text: str, arguments: Mapping[str, str] | None = None) -> list[Stage]:
+    """The stages in order; ARGs declared before the first FROM are substituted into FROM lines, with `arguments`
+    in place of their defaults (as `--build-arg` gives them)."""
+    values = {**global_arguments(text), **(arguments or {})}
     stages: list[Stage] = []
     current: tuple[str | None, str, list[Instruction]] | None = None
     for line in logical_lines(text):
@@ -80,14 +95,10 @@ def parse(text: str) -> list[Stage]:
             if current is not None:
                 stages.append(Stage(name=current[0], base=current[1], instructions=tuple(current[2])))
             words = parsed.arguments
-            base = ARG_REFERENCE.sub(lambda m: defaults.get(m["name"] or m["bare"], ""), words[0])
+            base = ARG_REFERENCE.sub(lambda m: values.get(m["name"] or m["bare"], ""), words[0])
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             current = (name, base, [])
-        elif current is None:
-            if parsed.keyword == "ARG":
-                name, _, value = parsed.arguments[0].partition("=")
-                defaults[name] = value
-        else:
+        elif current is not None:
             current[2].append(parsed)
     if current is not None:
         stages.append(Stage(name=current[0], base=current[1], instructions=tuple(current[2])))

@@ -22,6 +22,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import yaml
+
 from . import building, dockerfile
 
 #: What the built image is tagged.
@@ -40,6 +42,10 @@ CONTEXT_LABEL = "io.mnnvl.testbed.build-context"
 PYTHON_BASE = "docker.io/library/python:3.11-slim-bookworm"
 #: What `.dockerignore` keeps out of the context below `requirements/` and `packages/`.
 CONTEXT_EXCLUDED_PACKAGE = "mnnvl-testbed"
+#: The chart whose appVersion the image's version label carries.
+CHART = pathlib.Path("charts") / "mnnvl" / "Chart.yaml"
+#: How a reference pins its image by digest (`name:tag@sha256:…`).
+DIGEST_SEPARATOR = "@sha256:"
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -88,11 +94,34 @@ def qualified(reference: str) -> str:
     return f"docker.io/{reference}"
 
 
+def unpinned(reference: str) -> str:
+    """`reference` without its digest: `python:3.11@sha256:…` is `python:3.11`."""
+    return reference.split(DIGEST_SEPARATOR, 1)[0]
+
+
+def stand_in_arguments(dockerfile_text: str) -> dict[str, str]:
+    """The build arguments that name the stand-ins: each ARG whose default pins a base by digest, given with the tag
+    alone. A `name:tag@digest` reference is looked up by its digest alone (buildah ignores the tag), and no stand-in
+    made here has the registry's digest, so the build names the bases by tag (docs/image.md)."""
+    return {
+        name: unpinned(value)
+        for name, value in dockerfile.global_arguments(dockerfile_text).items()
+        if DIGEST_SEPARATOR in value
+    }
+
+
 def base_images(dockerfile_text: str) -> BaseImages:
-    """The two external bases of the Dockerfile: the Python image its build and runtime stages share, and uv's."""
-    stages = dockerfile.parse(dockerfile_text)
+    """The two external bases of the Dockerfile, as the build with `stand_in_arguments` names them: the Python image
+    its build and runtime stages share, and uv's."""
+    stages = dockerfile.parse(dockerfile_text, stand_in_arguments(dockerfile_text))
     names = {stage.name for stage in stages}
     external = [stage.base for stage in stages if stage.base not in names]
+    pinned = sorted({base for base in external if DIGEST_SEPARATOR in base})
+    if pinned:
+        raise ImageError(
+            f"the Dockerfile pins {pinned} by digest in a FROM line: pin it in the default of a global ARG the "
+            "FROM line names, so that the build can name the local stand-in by its tag instead"
+        )
     uv = [base for base in external if base.startswith("ghcr.io/astral-sh/uv:")]
     python = [base for base in external if base.split("/")[-1].startswith("python:")]
     if len(set(uv)) != 1 or len(set(python)) != 1 or len(set(external)) != 2:
@@ -115,17 +144,25 @@ def python_stand_in_recipe() -> str:
     return hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:16]
 
 
+def revision(head: str | None, *, modified: bool) -> str:
+    """The image's revision label: the commit the tree is at, marked `-dirty` when files differ from it, and
+    `unknown` outside a git work tree."""
+    if head is None:
+        return "unknown"
+    return f"{head}-dirty" if modified else head
+
+
 def run_command(
     container: str,
     command: list[str],
     *,
     environment: dict[str, str],
     mounts: list[Mount],
-    user: str,
+    user: str | None,
 ) -> list[str]:
     """`buildah run` of `command` in `container` as a Pod's container would run it: on the host's network (the
-    testbed's API server and webhook ports are the host's), as `user`, with no capabilities, only `environment`
-    added to the image's, and `mounts`."""
+    testbed's API server and webhook ports are the host's), as `user` (None: the image's USER), with no capabilities,
+    only `environment` added to the image's, and `mounts`."""
     return [
         "buildah",
         *storage_options(),
@@ -134,8 +171,7 @@ def run_command(
         "chroot",
         "--network",
         "host",
-        "--user",
-        user,
+        *(("--user", user) if user is not None else ()),
         "--cap-drop",
         "ALL",
         *(option for mount in mounts for option in ("--volume", mount.option())),
@@ -262,6 +298,35 @@ def ensure_uv_stand_in(name: str, uv_binary: pathlib.Path) -> None:
         buildah("rm", container)
 
 
+def chart_version(root: pathlib.Path) -> str:
+    """The appVersion of `root`'s chart: the version the chart deploys, and so the image's version label."""
+    return str(yaml.safe_load((root / CHART).read_text())["appVersion"])
+
+
+def source_revision(root: pathlib.Path) -> str:
+    """`revision` of `root`'s git work tree."""
+
+    def git(*arguments: str) -> subprocess.CompletedProcess[str]:
+        # No optional locks: a status taken beside a commit in progress must not get in its way.
+        command = ["git", "--no-optional-locks", "-C", str(root), *arguments]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--verify", "HEAD")
+    if head.returncode != 0:
+        return revision(None, modified=False)
+    return revision(head.stdout.strip(), modified=bool(git("status", "--porcelain").stdout.strip()))
+
+
+def build_arguments(root: pathlib.Path) -> dict[str, str]:
+    """What the build of `root` passes with `--build-arg`: the stand-ins' names, and the version and revision the
+    image is labelled with (a release passes the same two: docs/release.md)."""
+    return {
+        **stand_in_arguments((root / "Dockerfile").read_text()),
+        "VERSION": chart_version(root),
+        "REVISION": source_revision(root),
+    }
+
+
 def host_certificates() -> pathlib.Path:
     """The CA bundle this machine trusts (it may hold a TLS-inspecting proxy's authority that Debian's lacks)."""
     candidates = (os.environ.get("SSL_CERT_FILE"), ssl.get_default_verify_paths().cafile, DEBIAN_CA_BUNDLE)
@@ -271,8 +336,9 @@ def host_certificates() -> pathlib.Path:
     raise ImageError(f"no CA bundle found on this machine (looked at {DEBIAN_CA_BUNDLE}; set SSL_CERT_FILE to one)")
 
 
-def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
-    """Build `root`'s Dockerfile as it is, tagged TAG, from the stand-in bases; return the image id.
+def build(root: pathlib.Path, uv_binary: pathlib.Path, arguments: dict[str, str] | None = None) -> str:
+    """Build `root`'s Dockerfile as it is, tagged TAG, from the stand-in bases, with `arguments` (by default
+    `build_arguments(root)`); return the image id.
 
     The RUN steps see this machine's CA bundle and a uv configuration that trusts it (bind mounts, never part of a
     layer, and only /opt/mnnvl leaves the build stage): package downloads then pass a TLS-inspecting proxy.
@@ -281,7 +347,8 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
     bases = base_images((root / "Dockerfile").read_text())
     ensure_python_stand_in(bases.python)
     ensure_uv_stand_in(bases.uv, uv_binary)
-    digest = context_digest(root, [label(base, RECIPE_LABEL) or "" for base in (bases.python, bases.uv)])
+    arguments = build_arguments(root) if arguments is None else arguments
+    digest = context_digest(root, [label(base, RECIPE_LABEL) or "" for base in (bases.python, bases.uv)], arguments)
     if label(TAG, CONTEXT_LABEL) == digest:
         return buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", TAG).strip()
     uv_configuration = store() / "uv.toml"
@@ -298,6 +365,7 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
             Mount(source=host_certificates(), target=DEBIAN_CA_BUNDLE).option(),
             "--volume",
             Mount(source=uv_configuration, target="/etc/uv/uv.toml").option(),
+            *(option for name, value in sorted(arguments.items()) for option in ("--build-arg", f"{name}={value}")),
             "--label",
             f"{CONTEXT_LABEL}={digest}",
             "--iidfile",
@@ -316,11 +384,12 @@ def build(root: pathlib.Path, uv_binary: pathlib.Path) -> str:
     return image_id
 
 
-def context_digest(root: pathlib.Path, bases: list[str]) -> str:
+def context_digest(root: pathlib.Path, bases: list[str], arguments: dict[str, str]) -> str:
     """A hash of what a build of `root` reads: the Dockerfile, `.dockerignore`, every file of the context
     (`requirements/`, `packages/` but the testbed's; caches and build leftovers aside: more is only a needless
-    rebuild) and `bases`, the stand-ins' recipes."""
-    digest = hashlib.sha256(json.dumps(bases).encode())
+    rebuild), `bases`, the stand-ins' recipes, and the build `arguments`. The revision among them changes with
+    every commit, so each commit is built once: an image reused from another commit would carry its labels."""
+    digest = hashlib.sha256(json.dumps([bases, sorted(arguments.items())]).encode())
     files = [root / "Dockerfile", root / ".dockerignore"]
     for top in ("requirements", "packages"):
         for directory, subdirectories, names in os.walk(root / top):
