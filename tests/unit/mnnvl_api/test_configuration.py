@@ -47,8 +47,8 @@ def test_other_models_still_keep_unknown_fields() -> None:
         pytest.param(
             ("internalCertManagement",),
             "unknown field internalCertManagement; known fields: apiVersion, kind, featureGates, computeDomain, "
-            "webhook, leaderElection, watching, reconciliation, topologies, installation, metricsBindAddress, "
-            "healthBindAddress",
+            "webhook, leaderElection, watching, reconciliation, shutdown, topologies, installation, metricsBindAddress, "
+            "healthBindAddress, metrics",
             id="another-components-key",
         ),
     ],
@@ -97,6 +97,15 @@ def test_malformed_bind_addresses_are_rejected_with_the_rule(address: str) -> No
         models.Configuration.model_validate({"metricsBindAddress": address})
 
 
+def test_secure_metrics_are_off_by_default_and_read_from_camel_case() -> None:
+    assert models.Configuration().metrics == configuration.MetricsSettings(secure=False, cert_dir=None)
+    loaded = models.Configuration.model_validate({"metrics": {"secure": True, "certDir": "/var/run/certs"}})
+    assert loaded.metrics == configuration.MetricsSettings(secure=True, cert_dir="/var/run/certs")
+    assert configuration.unknown_field_problem(("metrics", "secured")) == (
+        "unknown field metrics.secured (did you mean metrics.secure?)"
+    )
+
+
 def test_the_deletion_fence_and_the_store_resync_period_are_bounded() -> None:
     for fence in (0, -1, 60.5):  # 60 s: Kubernetes' default request timeout, the bound when none is declared
         with pytest.raises(pydantic.ValidationError, match="deletionFenceSeconds"):
@@ -118,3 +127,21 @@ def test_reconciliation_concurrency_defaults_to_16_and_is_read_from_camel_case()
 def test_reconciliation_concurrency_is_bounded(concurrency: int) -> None:
     with pytest.raises(pydantic.ValidationError, match=r"reconciliation\.concurrency"):
         models.Configuration.model_validate({"reconciliation": {"concurrency": concurrency}})
+
+
+def test_the_shutdown_drains_5_s_then_allows_15_s_and_is_read_from_camel_case() -> None:
+    assert models.Configuration().shutdown == configuration.ShutdownSettings(drain_seconds=5, stop_timeout_seconds=15)
+    loaded = models.Configuration.model_validate({"shutdown": {"drainSeconds": 0, "stopTimeoutSeconds": 30}})
+    assert loaded.shutdown == configuration.ShutdownSettings(drain_seconds=0, stop_timeout_seconds=30)
+
+
+@pytest.mark.parametrize(
+    ("shutdown", "field"),
+    [
+        pytest.param({"drainSeconds": -1}, "drainSeconds", id="negative-drain"),
+        pytest.param({"stopTimeoutSeconds": 0}, "stopTimeoutSeconds", id="no-time-to-stop"),
+    ],
+)
+def test_the_shutdown_timings_are_bounded(shutdown: dict[str, float], field: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=rf"shutdown\.{field}"):
+        models.Configuration.model_validate({"shutdown": shutdown})

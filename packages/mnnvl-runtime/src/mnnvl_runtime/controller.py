@@ -67,10 +67,24 @@ def watched_tasks() -> tuple[asyncio.Task[Any], ...]:
     return tuple(_WATCHED_TASKS)
 
 
-def check_tasks_running(tasks: Iterable[asyncio.Task[Any]]) -> dict[str, int]:
-    """The liveness probe's verdict on `tasks`: how many run, or kopf.PermanentError naming those that ended.
+#: The cache-sync barriers of this process's watch stores, by the kind they reconcile, as `watch_store_sync`
+#: registered them: the readiness probe waits for every one.
+_STORE_SYNCS: dict[str, asyncio.Event] = {}
 
-    Permanent, so kopf answers the probe with HTTP 500 at once instead of retrying the check."""
+
+def watch_store_sync(kind: str, synced: asyncio.Event) -> None:
+    """Have the readiness endpoint wait until `synced` is set: the stores reconciling `kind` hold a full list."""
+    _STORE_SYNCS[kind] = synced
+
+
+def store_syncs() -> dict[str, bool]:
+    """Whether each registered store sync has filled its stores, by kind."""
+    return {kind: synced.is_set() for kind, synced in _STORE_SYNCS.items()}
+
+
+def check_tasks_running(tasks: Iterable[asyncio.Task[Any]]) -> dict[str, int]:
+    """The liveness probe's verdict on `tasks`: how many run, or kopf.PermanentError naming those that ended
+    (the health endpoint answers it with HTTP 500)."""
     checked = list(tasks)
     ended = [_ending(task) for task in checked if task.done()]
     if ended:

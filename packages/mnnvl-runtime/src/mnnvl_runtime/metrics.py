@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import prometheus_client
 
 from . import __version__
@@ -32,12 +34,20 @@ RECONCILE_ERRORS = prometheus_client.Counter(
 )
 
 
-def serve(controller: str, host: str, port: int) -> None:
-    """Expose the registry on `host:port` (a thread: kopf cancels every task of its loop on exit).
+#: Starts a server of a registry on host and port in a thread: plain HTTP by default.
+Server = Callable[[str, int, prometheus_client.CollectorRegistry], None]
+
+
+def _plain_http(host: str, port: int, registry: prometheus_client.CollectorRegistry) -> None:
+    prometheus_client.start_http_server(port, addr=host, registry=registry)
+
+
+def serve(controller: str, host: str, port: int, *, server: Server = _plain_http) -> None:
+    """Expose the registry on `host:port` with `server` (a thread: kopf cancels every task of its loop on exit).
 
     Raises OSError when the port cannot be bound, before anything is served."""
     BUILD_INFO.labels(controller=controller, version=__version__).set(1)
-    prometheus_client.start_http_server(port, addr=host, registry=REGISTRY)
+    server(host, port, REGISTRY)
 
 
 # --- scope controllers (replica and slice) ------------------------------------------------------------------

@@ -4,16 +4,25 @@ Everything per controller is derived from its `Identity`, so controllers running
 each other's finalizers, annotations, Leases, field managers or event sources. A bad setting ends the
 process with one line on stderr (exit code 2), a port that cannot be bound likewise (exit code 1). The
 liveness endpoint fails once a loop the controller runs for good has ended (see `watch_tasks`), so the
-kubelet restarts a controller that would otherwise sit there serving webhooks and reconciling nothing.
+kubelet restarts a controller that would otherwise sit there serving webhooks and reconciling nothing; the
+readiness endpoint (`health`) passes once the stores are synced and the webhook server answers.
+
+On SIGTERM (or SIGINT) readiness fails at once, a webhook-serving replica keeps answering admission requests for
+`shutdown.drainSeconds` so that the Service drops it before it stops listening, then kopf stops; a stop that takes
+longer than `shutdown.stopTimeoutSeconds` (a call to an API server that does not answer) ends the process anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import pathlib
+import signal
 import sys
+import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -21,7 +30,7 @@ import kopf
 
 from mnnvl_api import models
 
-from . import controller, heap, identity, kube, leases, logs, metrics, preflight, settings
+from . import controller, health, heap, identity, kube, leases, logs, metrics, metrics_access, preflight, settings
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +113,16 @@ def run(
         certs.ensure_webhook_certificate(cert_dir, tuple(process.webhook_hosts.split(",")))
     if endpoints.metrics is not None:
         try:
-            metrics.serve(who.name, endpoints.metrics.bind_host, endpoints.metrics.port)
+            guard = _metrics_guard(client, configuration, process, serves_webhooks=serves_webhooks)
+            if guard is None:
+                metrics.serve(who.name, endpoints.metrics.bind_host, endpoints.metrics.port)
+            else:
+                metrics.serve(
+                    who.name,
+                    endpoints.metrics.bind_host,
+                    endpoints.metrics.port,
+                    server=functools.partial(metrics_access.start_https_server, guard=guard),
+                )
         except OSError as error:
             print(f"{who.name}: cannot serve metrics on {endpoints.metrics.address}: {error}", file=sys.stderr)
             return 1
@@ -124,7 +142,6 @@ def run(
         identity=who, process=process, configuration=configuration, client=client, elector=elector
     )
     _register_login(registry, process)
-    _register_liveness(registry)
     operator_settings = kopf_settings(
         who,
         configuration,
@@ -132,21 +149,63 @@ def run(
         keyfile=cert_dir / "tls.key" if serves_webhooks else None,
         watch_selectors=watch_selectors,
     )
-    liveness = None if endpoints.health is None else f"http://{endpoints.health.address}/healthz"
     log.info(
         "starting",
         extra={"gate_enabled": context.gate_enabled, "lease": who.lease_name, "holder": process.pod_name},
     )
-    asyncio.run(_serve(context, registry, operator_settings, liveness))
-    return 0
+    return asyncio.run(_serve(context, registry, operator_settings, endpoints.health, serves_webhooks=serves_webhooks))
+
+
+def _metrics_guard(
+    client: kube.Kube, configuration: models.Configuration, process: settings.ProcessSettings, *, serves_webhooks: bool
+) -> metrics_access.Guard | None:
+    """What secures the metrics endpoint when `metrics.secure` is on (None: plain HTTP). Raises OSError when the
+    certificate cannot be loaded."""
+    if not configuration.metrics.secure:
+        return None
+    certificate = metrics_certificate(
+        configuration, serves_webhooks=serves_webhooks, hosts=(process.pod_name, "localhost")
+    )
+    log.info("serving metrics over HTTPS to reviewed tokens", extra={"certificate": str(certificate.cert)})
+    return metrics_access.Guard(reviewer=metrics_access.Reviewer(client), certificate=certificate)
+
+
+def metrics_certificate(
+    configuration: models.Configuration, *, serves_webhooks: bool, hosts: tuple[str, ...]
+) -> metrics_access.ServingCertificate:
+    """The certificate files of `metrics_access.certificate_directory`, or a self-signed certificate for `hosts` made
+    now in a temporary directory (a scraper then skips verification; the bearer token still decides who reads)."""
+    directory = metrics_access.certificate_directory(configuration, serves_webhooks=serves_webhooks)
+    if directory is None:
+        # Imported here: `cryptography` costs every process 8 MiB of RSS, and only this case makes a certificate.
+        from . import certs  # noqa: PLC0415
+
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="mnnvl-metrics-"))
+        certs.ensure_webhook_certificate(directory, hosts)
+    return metrics_access.ServingCertificate(directory / "tls.crt", directory / "tls.key")
 
 
 async def _serve(
     context: controller.Context,
     registry: kopf.OperatorRegistry,
     operator_settings: kopf.OperatorSettings,
-    liveness: str | None,
-) -> None:
+    health_endpoint: settings.Endpoint | None,
+    *,
+    serves_webhooks: bool,
+) -> int:
+    configuration = context.configuration
+    shutting_down = asyncio.Event()
+    probes: asyncio.Server | None = None
+    if health_endpoint is not None:
+        webhook = (health.local_address(configuration.webhook.host), configuration.webhook.port)
+        server = health.HealthServer(webhook=webhook if serves_webhooks else None, shutting_down=shutting_down.is_set)
+        try:
+            probes = await server.serve(health_endpoint.bind_host, health_endpoint.port)
+        except OSError as error:
+            print(
+                f"{context.identity.name}: cannot serve probes on {health_endpoint.address}: {error}", file=sys.stderr
+            )
+            return 1
     election: asyncio.Task[None] | None = None
     trimming = asyncio.create_task(heap.give_back_freed_memory(heap.malloc_trim()), name="heap-trim")
     if context.configuration.leader_election.leader_elect:
@@ -155,7 +214,9 @@ async def _serve(
     else:
         context.elector.lead_without_lease()
     try:
-        await kopf.operator(
+        existing = asyncio.all_tasks()  # as kopf.operator() does: what ran before kopf is not kopf's to stop
+        stop = asyncio.Event()
+        operator_tasks = await kopf.spawn_tasks(
             registry=registry,
             settings=operator_settings,
             standalone=True,
@@ -163,14 +224,67 @@ async def _serve(
             # parameter's type is a NewType of str that kopf does not export.)
             identity=cast(Any, context.process.pod_name),
             clusterwide=True,
-            liveness_endpoint=liveness,
+            stop_flag=stop,
             memo=kopf.Memo(context=context),
         )
+        # After spawn_tasks, whose own handlers would stop kopf at once: these replace them.
+        _stop_on_signals(
+            shutting_down,
+            stop,
+            started_before=existing,
+            drain=configuration.shutdown.drain_seconds if serves_webhooks else 0.0,
+            stop_timeout=configuration.shutdown.stop_timeout_seconds,
+        )
+        await kopf.run_tasks(operator_tasks, ignored=existing)
     finally:
         background = [trimming] if election is None else [trimming, election]
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
+        if probes is not None:
+            probes.close()
+    return 0
+
+
+def _stop_on_signals(
+    shutting_down: asyncio.Event,
+    stop: asyncio.Event,
+    *,
+    started_before: set[asyncio.Task[Any]],
+    drain: float,
+    stop_timeout: float,
+) -> None:
+    """On the first SIGTERM or SIGINT: not ready at once, the controller's loops and kopf stopped `drain` seconds
+    later, and the process ended if it still runs `stop_timeout` seconds after that. A second signal stops at once.
+    Loops `started_before` kopf (the Lease election) are `_serve`'s to end, once kopf has stopped."""
+    loop = asyncio.get_running_loop()
+
+    def stop_now() -> None:
+        # kopf gives tasks it did not start 5 s to end before it cancels them; these loops never end on their own.
+        for task in controller.watched_tasks():
+            if task not in started_before:
+                task.cancel()
+        stop.set()
+
+    def on_signal(received: signal.Signals) -> None:
+        if shutting_down.is_set():
+            stop_now()
+            return
+        shutting_down.set()
+        log.info("shutting down", extra={"signal": received.name, "drain_seconds": drain})
+        loop.call_later(drain, stop_now)
+        # A thread, not the loop: the loop may be what is stuck (asyncio.run waits for every worker thread's call).
+        deadline = threading.Timer(drain + stop_timeout, _stop_overran, args=(drain + stop_timeout,))
+        deadline.daemon = True
+        deadline.start()
+
+    for received in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(received, on_signal, received)
+
+
+def _stop_overran(seconds: float) -> None:
+    log.error("shutdown did not finish in time, exiting", extra={"seconds": seconds})
+    os._exit(1)
 
 
 def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSettings) -> None:
@@ -186,13 +300,6 @@ def _register_login(registry: kopf.OperatorRegistry, process: settings.ProcessSe
         # own client adapter) finds it. kopf's service-account login would call https://kubernetes.default.svc
         # instead, which needs cluster DNS (a Pod on the host network with dnsPolicy Default has none).
         return kopf.login_via_client(**kwargs)
-
-
-def _register_liveness(registry: kopf.OperatorRegistry) -> None:
-    # async, so kopf runs it on the event loop that owns the tasks instead of in a worker thread.
-    @kopf.on.probe(registry=registry, id="controller-loops")
-    async def controller_loops(**_: Any) -> dict[str, int]:
-        return controller.check_tasks_running(controller.watched_tasks())
 
 
 def compute_domain_preflight(

@@ -54,9 +54,10 @@ class Reconciling(Generic[Key]):
         self, keys: Callable[[], Iterable[Key]], *, every: float, then: Callable[[], None]
     ) -> list[asyncio.Task[None]]:
         """Run the store sync and the queue (with its resync of every key each `every` seconds, then `then`);
-        every loop is watched by the liveness probe."""
+        every loop is watched by the liveness probe, and the readiness probe waits for the stores."""
         sync = asyncio.create_task(self.sync.run(), name=f"store-sync-{self.kind}")
         controller.watch_tasks(sync)
+        controller.watch_store_sync(self.kind, self.sync.synced)
         return [*self.queue.start(keys, every=every, then=then), sync]
 
 

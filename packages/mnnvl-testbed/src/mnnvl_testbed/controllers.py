@@ -32,6 +32,10 @@ NAMESPACE = release.NAMESPACE
 DECLARED_REQUEST_TIMEOUT_SECONDS = 1.0
 DELETION_FENCE_SECONDS = configuration_file.minimum_fence_seconds(DECLARED_REQUEST_TIMEOUT_SECONDS)
 STORE_RESYNC_SECONDS = 10.0
+#: How long a stopped replica keeps answering webhooks after it reports not ready: the testbed has no Service to
+#: drop it (its webhooks point at one replica by URL), so a short drain keeps each stop cheap; a test that needs a
+#: longer one sets `shutdown.drainSeconds` in its extra configuration.
+DRAIN_SECONDS = 0.5
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -180,6 +184,8 @@ def _replica_process(
         "certDir": chart_cert_dir if built else str(work / "certs"),
         "certCheckIntervalSeconds": 1,
     }
+    if not replica.sources:  # an earlier mnnvl may know no shutdown section
+        configuration["shutdown"] = {"drainSeconds": DRAIN_SECONDS, **configuration.get("shutdown", {})}
     config_file = work / f"{replica.name}.yaml"
     config_file.write_text(yaml.safe_dump(configuration))
     command = installed.container(controller)["command"]
@@ -238,13 +244,17 @@ def _container_run(
     Deployment's user, with in-cluster credentials (`KUBERNETES_SERVICE_HOST`/`PORT` as the kubelet sets them) and
     `files` (container path → host path: the ServiceAccount's, the configuration, the serving certificate) mounted
     read-only where the Pod has them."""
-    # As the kubelet does for a Pod's volumes: its fsGroup owns them and may read them (the serving key is 0600).
-    # Only what is mounted, and nothing made readable by others.
+    # As the kubelet does for a Pod's volumes: its fsGroup owns them and may read them (the serving key is 0600);
+    # without an fsGroup, every user may (the volumes' default mode). Only what is mounted.
     group = installed.volume_group(controller)
     for source in files.values():
         for path in (source, *(source.iterdir() if source.is_dir() else ())):
-            os.chown(path, -1, group)
-            path.chmod(path.stat().st_mode | (0o050 if path.is_dir() else 0o040))
+            readable = 0o050 if path.is_dir() else 0o040
+            if group is None:
+                readable |= readable >> 3
+            else:
+                os.chown(path, -1, group)
+            path.chmod(path.stat().st_mode | readable)
     container = image.fresh_container(built, image.replica_container(testbed.state_dir, replica.name))
     root = image.container_root(container)
     return image.run_command(

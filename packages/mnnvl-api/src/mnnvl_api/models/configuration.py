@@ -97,6 +97,15 @@ class LeaderElectionSettings(_SettingsModel):
         return self
 
 
+class MetricsSettings(_SettingsModel):
+    #: Serve metrics over HTTPS, only to bearer tokens the API server authenticates (TokenReview) and authorizes
+    #: for `get` on the non-resource URL `/metrics` (SubjectAccessReview). Off: plain HTTP to whoever reaches it.
+    secure: bool = False
+    #: Where the secure endpoint's `tls.crt` and `tls.key` are. None: the webhook's certDir for a controller that
+    #: serves webhooks, else a self-signed certificate made at start-up.
+    cert_dir: str | None = None
+
+
 class WatchingSettings(_SettingsModel):
     #: How often every watch store is reconciled against a fresh list, so objects deleted while a watch was
     #: re-listing leave no ghost entries.
@@ -110,6 +119,15 @@ class ReconciliationSettings(_SettingsModel):
     #: How often the Lease holder looks at every key again although no event named it (a missed event, a
     #: deletion fence that passed, gauges refreshed).
     resync_seconds: float = pydantic.Field(default=30.0, gt=0)
+
+
+class ShutdownSettings(_SettingsModel):
+    #: After SIGTERM, how long a webhook-serving replica reports not ready while it still answers admission
+    #: requests, so the Service's endpoints drop it before it stops listening.
+    drain_seconds: float = pydantic.Field(default=5.0, ge=0)
+    #: How long the process may then take to stop its loops before it exits anyway (a stop that waits on an API
+    #: server that does not answer must not outlast the pod's termination grace period).
+    stop_timeout_seconds: float = pydantic.Field(default=15.0, gt=0)
 
 
 #: KAI's pattern for `levels[].nodeLabel` and `levels[].alias` (a label key: optional DNS-subdomain prefix + `/`).
@@ -262,14 +280,16 @@ class Configuration(_SettingsModel):
     leader_election: LeaderElectionSettings = pydantic.Field(default_factory=LeaderElectionSettings)
     watching: WatchingSettings = pydantic.Field(default_factory=WatchingSettings)
     reconciliation: ReconciliationSettings = pydantic.Field(default_factory=ReconciliationSettings)
+    shutdown: ShutdownSettings = pydantic.Field(default_factory=ShutdownSettings)
     #: What mnnvl-topology provisions; only mnnvl-topology reads it.
     topologies: list[TopologySettings] = pydantic.Field(default_factory=default_topologies)
     #: Which installation this is (`<namespace>/<name>`; the chart writes its release's), recorded on the objects
     #: mnnvl-topology creates so that two installations never touch each other's. None: `<process namespace>/mnnvl`.
     installation: str | None = None
-    #: Where Prometheus metrics and the liveness probe are served; the empty string turns either off.
+    #: Where Prometheus metrics and the health probes (/healthz, /readyz) are served; "" turns either off.
     metrics_bind_address: str = ":8080"
     health_bind_address: str = ":8081"
+    metrics: MetricsSettings = pydantic.Field(default_factory=MetricsSettings)
 
     @pydantic.field_validator("feature_gates")
     @classmethod

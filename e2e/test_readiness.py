@@ -1,0 +1,140 @@
+"""Readiness and a graceful stop, on real processes: /readyz fails until the watch stores hold a full list, passes
+once they do and the webhook server answers, and fails as soon as SIGTERM comes, while the replica keeps answering
+admission requests for its drain period; a replica whose API server is down still stops within its deadline."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import urllib.error
+import urllib.request
+
+from mnnvl_api import keys
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, controllers, processes, testing
+
+from . import workloads
+
+#: Long enough for a readiness check and one LeaderWorkerSet's creation while the replica drains.
+DRAIN_SECONDS = 3.0
+STOP_TIMEOUT_SECONDS = 4.0
+
+
+def readiness(replica: controllers.Replica) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{replica.health_port}/readyz", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def admissions(replica: controllers.Replica) -> float:
+    """How many admission requests `replica` answered."""
+    lines = workloads.replica_metrics(replica).splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("mnnvl_admission_requests_total{"))
+
+
+def restart_with_etcd_paused(supervisor: processes.Supervisor, name: str, etcd: int) -> int:
+    """Kill replica `name` and start it again as it ran (same command, environment and still-valid token) with etcd
+    paused: its API calls answered from the API server's caches (authentication, access reviews, discovery) pass, so
+    it starts, but no fresh list completes. Returns the new pid."""
+    pid = supervisor.pid(name)
+    assert pid is not None
+    command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+    environment = supervisor.environment(name)
+    supervisor.kill(name)
+    os.killpg(etcd, signal.SIGSTOP)
+    return supervisor.start(name, command, env=environment)
+
+
+def answers_until(
+    replica: controllers.Replica, supervisor: processes.Supervisor, wanted: tuple[int, str]
+) -> list[tuple[int, str]]:
+    """Every distinct /readyz answer of `replica` until it gives `wanted`, in order."""
+    answers: list[tuple[int, str]] = []
+
+    def answered() -> bool:
+        supervisor.ensure_alive(replica.name)
+        try:
+            answer = readiness(replica)
+        except OSError:  # not listening yet
+            return False
+        if answer not in answers:
+            answers.append(answer)
+        return answer == wanted
+
+    testing.wait_for(
+        answered, what=f"{replica.name} to answer /readyz with {wanted}", timeout=60, state=lambda: answers
+    )
+    return answers
+
+
+def test_readyz_waits_for_synced_stores_and_a_stopping_replica_drains_before_it_exits(
+    api: kube.Kube, ns: str, testbed: cluster.Testbed, lws_controller: list[controllers.Replica]
+) -> None:
+    supervisor = processes.Supervisor(testbed.state_dir)
+    etcd = supervisor.owned_pid("etcd")
+    assert etcd is not None
+    try:
+        (replica,) = controllers.start_lws(testbed, extra_config={"shutdown": {"drainSeconds": DRAIN_SECONDS}})
+        assert readiness(replica) == (200, "ready")
+        try:
+            pid = restart_with_etcd_paused(supervisor, replica.name, etcd)
+            answers = answers_until(replica, supervisor, (503, "not ready: watch stores not synced: LeaderWorkerSet"))
+            # Its webhook server answers now; only the stores hold it back, and it was never ready before.
+            assert (200, "ready") not in answers, answers
+        finally:
+            os.killpg(etcd, signal.SIGCONT)
+        testing.wait_for(
+            lambda: readiness(replica) == (200, "ready"), what="the replica to be ready once etcd answers", timeout=60
+        )
+
+        before = admissions(replica)
+        os.killpg(pid, signal.SIGTERM)
+        testing.wait_for(
+            lambda: readiness(replica) == (503, "not ready: shutting down"),
+            what="readiness to fail once SIGTERM came",
+            timeout=DRAIN_SECONDS / 2,
+        )
+        # Still draining: the replica the webhooks point at answers this creation's admission.
+        created = workloads.create_lws(api, ns, workloads.lws_manifest("during-drain", replicas=1, size=1))
+        assert supervisor.alive(replica.name), "the replica stopped before its drain was over"
+        worker = created["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        assert worker["metadata"]["labels"][keys.SCOPE_LABEL] == keys.SCOPE_REPLICA
+        assert admissions(replica) > before
+        testing.wait_for(
+            lambda: not supervisor.alive(replica.name),
+            what="the replica to exit after its drain",
+            timeout=DRAIN_SECONDS + STOP_TIMEOUT_SECONDS + 15,
+        )
+    finally:
+        controllers.start_lws(testbed, gate=True)
+
+
+def test_a_replica_stops_within_its_deadline_while_the_api_server_is_down(
+    testbed: cluster.Testbed, lws_controller: list[controllers.Replica]
+) -> None:
+    """SIGTERM while kube-apiserver answers nothing (paused: every call hangs until its timeout): the guardian drains,
+    then stops, or gives up, before `drainSeconds + stopTimeoutSeconds` are over, well inside the pod's termination
+    grace period."""
+    supervisor = processes.Supervisor(testbed.state_dir)
+    apiserver = supervisor.owned_pid("kube-apiserver")
+    assert apiserver is not None
+    shutdown = {"drainSeconds": 1, "stopTimeoutSeconds": STOP_TIMEOUT_SECONDS}
+    try:
+        (replica,) = controllers.start(testbed, keys.GUARDIAN_CONTROLLER, extra_config={"shutdown": shutdown})
+        pid = supervisor.owned_pid(replica.name)
+        assert pid is not None
+        os.killpg(apiserver, signal.SIGSTOP)
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            testing.wait_for(
+                lambda: not supervisor.alive(replica.name),
+                what="the guardian to exit with its API server answering nothing",
+                timeout=1 + STOP_TIMEOUT_SECONDS + 3,
+            )
+        finally:
+            os.killpg(apiserver, signal.SIGCONT)
+    finally:
+        controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
