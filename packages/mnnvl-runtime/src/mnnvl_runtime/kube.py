@@ -24,6 +24,7 @@ import json
 import logging
 import pathlib
 import re
+import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, ParamSpec, Protocol, TypeVar
@@ -185,6 +186,47 @@ class Api(Protocol):
     async def amodify(self, path: str, change: Callable[[Object], JsonPatch | None]) -> Object | None: ...
 
 
+class WriteWithdrawnError(RuntimeError):
+    """A write was not sent: the permit it ran under (this replica's leadership) was withdrawn. Never retried."""
+
+
+class WritePermit:
+    """Lets writes be sent while `valid()` holds, and counts those on their way, so that whoever withdraws it (the
+    elector stepping down) can wait until none is left before telling another replica to go ahead.
+
+    A call runs under a permit when `WRITE_PERMIT` holds it in the caller's context (copied into the worker thread):
+    every mutating request then checks it before it is sent, each retry and each step of a read-modify-write
+    included, so a cancelled pass whose thread is still running sends nothing more once the permit is withdrawn."""
+
+    def __init__(self, valid: Callable[[], bool]) -> None:
+        self.valid = valid
+        self._sending = 0
+        self._idle = threading.Condition()
+
+    def send(self, request: Callable[[], Result]) -> Result:
+        with self._idle:
+            if not self.valid():
+                raise WriteWithdrawnError("not sent: this replica may no longer write (it stepped down)")
+            self._sending += 1
+        try:
+            return request()
+        finally:
+            with self._idle:
+                self._sending -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no write sent under this permit is on its way (True), or `timeout` passes (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._sending == 0, timeout=timeout)
+
+
+#: The permit the writes of the current context run under; None: writes not tied to leadership (admission).
+WRITE_PERMIT: contextvars.ContextVar[WritePermit | None] = contextvars.ContextVar("mnnvl_write_permit", default=None)
+#: Methods that change what the API server holds.
+MUTATING_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
 class Kube:
     """One controller's view of the API: its connection, its field manager, its retry bounds."""
 
@@ -249,8 +291,14 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
-        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        permit = WRITE_PERMIT.get() if method in MUTATING_METHODS else None
+
+        def send() -> tuple[Any, bytes]:
+            response = self.api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
+            data: bytes = response.read()  # type: ignore[no-untyped-call]
+            return response, data
+
+        response, data = send() if permit is None else permit.send(send)
         if response.status >= 400:
             raise ApiError(status=response.status, reason=response.reason, body=data.decode(errors="replace"))
         decoded: Object = json.loads(data) if data else {}

@@ -20,10 +20,14 @@ What is guaranteed:
 - `term()` changes each time this replica starts leading, so state kept while leading (when a fence started)
   can tell that it is from an earlier term, between which another replica may have led.
 
-What is not: a request already sent when the replica steps down can still reach the API server later,
-because cancelling the task that awaits it does not recall a request running in a worker thread. How
-late is bounded by the client that sent it (its timeout and retries), not by this module; the margin above
-covers it only when that bound is shorter than `lease_duration - renew_deadline`.
+- Writes of tracked tasks run under `permit` (`kube.WRITE_PERMIT`): a mutating request is sent only while
+  `may_write()` holds, checked in the worker thread before each send (retries and read-modify-write steps
+  included), so a cancelled task whose thread still runs sends nothing more. Stepping down releases the
+  Lease only once no such request is on its way; otherwise it leaves the Lease to expire.
+
+What is not: a request sent just before the replica stops renewing can still reach the API server after the
+renew deadline; the margin above covers it only when its HTTP timeout is shorter than
+`lease_duration - renew_deadline`.
 """
 
 from __future__ import annotations
@@ -154,6 +158,8 @@ class LeaderElector:
         self._observation = Observation()
         self._last_renewal = 0.0
         self._writers: set[asyncio.Task[Any]] = set()
+        #: What the writes of the tracked tasks run under (`kube.WRITE_PERMIT`): withdrawn with `may_write()`.
+        self.permit = kube.WritePermit(self.may_write)
         # Replaced after every attempt and step-down, so `wait_writable` wakes up to look again.
         self._progress = asyncio.Event()
 
@@ -233,6 +239,11 @@ class LeaderElector:
             task.cancel()
         if writers:
             await asyncio.wait(writers, timeout=self.timing.request_timeout)
+        # A cancelled task's request may still be on its way in a worker thread (none starts any more: the permit
+        # went with the leading flag). Releasing now would let the next holder write beside it.
+        if not await asyncio.to_thread(self.permit.wait_idle, self.timing.renew_deadline):
+            log.warning("writes still on their way, leaving the lease to expire", extra={"lease": self.name})
+            return
         try:
             await asyncio.to_thread(self._release)
         except Exception as error:  # the next holder then waits for the Lease to expire

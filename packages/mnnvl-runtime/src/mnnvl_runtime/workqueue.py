@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from mnnvl_api.models import configuration
 
-from . import controller, leases, metrics
+from . import controller, kube, leases, metrics
 
 log = logging.getLogger(__name__)
 Key = TypeVar("Key", bound=Hashable)
@@ -127,7 +128,9 @@ class WorkQueue(Generic[Key]):
                     self.queue.put_nowait(key)
 
     async def _work_on(self, key: Key) -> None:
-        task = asyncio.create_task(self.work(key), name=f"reconcile-{self.kind}-pass")
+        context = contextvars.copy_context()
+        context.run(kube.WRITE_PERMIT.set, self.elector.permit)
+        task = asyncio.create_task(self.work(key), name=f"reconcile-{self.kind}-pass", context=context)
         self.elector.track_writer(task)
         try:
             await asyncio.wait({task})
