@@ -171,3 +171,14 @@ def test_the_liveness_endpoint_answers_500_naming_a_loop_that_ended() -> None:
     status, body = asyncio.run(scenario())
     assert status == 500
     assert "store-sync-Probed died: RuntimeError('index corrupted')" in body
+
+
+def test_healthz_fails_until_the_startup_handlers_have_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller, "_WATCHED_TASKS", [])  # no loop ended (another test's may have)
+    started = [False]
+    probes = health.HealthServer(webhook=None, shutting_down=lambda: False, started=lambda: started[0])
+    before = asyncio.run(probes.respond("/healthz"))
+    started[0] = True
+    after = asyncio.run(probes.respond("/healthz"))
+    assert before == (503, "starting: the startup handlers have not finished")
+    assert after[0] == 200

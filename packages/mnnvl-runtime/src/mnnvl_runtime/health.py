@@ -73,11 +73,19 @@ async def webhook_answers(host: str, port: int, *, timeout: float = CHECK_TIMEOU
 
 class HealthServer:
     """Answers the probes of one controller process; `webhook` is where its webhook server listens (None: it
-    serves none), `shutting_down` says whether SIGTERM has come."""
+    serves none), `shutting_down` says whether SIGTERM has come, `started` whether kopf's startup handlers (which
+    start the controller's loops) have finished."""
 
-    def __init__(self, *, webhook: tuple[str, int] | None, shutting_down: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        *,
+        webhook: tuple[str, int] | None,
+        shutting_down: Callable[[], bool],
+        started: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.webhook = webhook
         self.shutting_down = shutting_down
+        self.started = started
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         """Listen on (host, port); raises OSError when the port cannot be bound."""
@@ -93,6 +101,10 @@ class HealthServer:
         """The status and body for a GET of `path`."""
         path = path.partition("?")[0]
         if path == "/healthz":
+            # Not alive until the loops have started: a startup handler that keeps failing gets the process
+            # restarted, instead of a live replica that may win the Lease with no loop to do its work.
+            if not self.started():
+                return 503, "starting: the startup handlers have not finished"
             try:
                 verdict = controller.check_tasks_running(controller.watched_tasks())
             except kopf.PermanentError as error:

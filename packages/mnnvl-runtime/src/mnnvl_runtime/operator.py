@@ -195,10 +195,13 @@ async def _serve(
 ) -> int:
     configuration = context.configuration
     shutting_down = asyncio.Event()
+    started = asyncio.Event()
     probes: asyncio.Server | None = None
     if health_endpoint is not None:
         webhook = (health.local_address(configuration.webhook.host), configuration.webhook.port)
-        server = health.HealthServer(webhook=webhook if serves_webhooks else None, shutting_down=shutting_down.is_set)
+        server = health.HealthServer(
+            webhook=webhook if serves_webhooks else None, shutting_down=shutting_down.is_set, started=started.is_set
+        )
         try:
             probes = await server.serve(health_endpoint.bind_host, health_endpoint.port)
         except OSError as error:
@@ -225,6 +228,7 @@ async def _serve(
             identity=cast(Any, context.process.pod_name),
             clusterwide=True,
             stop_flag=stop,
+            ready_flag=started,
             memo=kopf.Memo(context=context),
         )
         # After spawn_tasks, whose own handlers would stop kopf at once: these replace them.

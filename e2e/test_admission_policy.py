@@ -1,0 +1,186 @@
+"""The chart's admission policies, with the controllers' own ServiceAccount tokens: each controller's writes pass as
+its code makes them, and the rest of what its RBAC grants on the same resources is refused, by the policy the refusal
+names (docs/install.md, "What the admission policies enforce")."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mnnvl_api import keys
+from mnnvl_api.decisions import injection, patches
+from mnnvl_runtime import kube
+from mnnvl_testbed import cluster, release
+
+from . import workloads
+
+FOREIGN_GATE = "example.com/not-mnnvl"
+
+
+def as_controller(testbed: cluster.Testbed, controller: str) -> kube.Kube:
+    """A client authenticated as `controller`'s ServiceAccount, writing as its field manager, as the process does."""
+    kubeconfig = release.service_account_kubeconfig(testbed, release.rendered(testbed), controller)
+    return kube.Kube(kube.load_api_client(kubeconfig), field_manager=controller)
+
+
+def refused_by(testbed: cluster.Testbed, controller: str, resource: str, call: Callable[[], object]) -> str:
+    """The message of the refusal `call` meets, which must come from `controller`'s policy on `resource`."""
+    policy = f"{release.rendered(testbed).service_account(controller)}-{resource}"
+    message = workloads.rejection(call)
+    assert f"ValidatingAdmissionPolicy '{policy}'" in message, message
+    return message
+
+
+def domain_path(ns: str, name: str) -> str:
+    return kube.path_of(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, namespace=ns, name=name)
+
+
+@contextlib.contextmanager
+def gated_pod(api: kube.Kube, scope: str) -> Iterator[kube.Object]:
+    """A pod of `scope` held by mnnvl's gate and a foreign one. It lives in the release namespace, which no mnnvl
+    webhook is called for, and records no domain, so no controller ungates it on its own."""
+    pod: kube.Object = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"policy-probe-{uuid.uuid4().hex[:6]}",
+            "namespace": release.NAMESPACE,
+            "labels": {keys.SCOPE_LABEL: scope},
+        },
+        "spec": {
+            "schedulingGates": [{"name": keys.SCHEDULING_GATE}, {"name": FOREIGN_GATE}],
+            "containers": [{"name": "main", "image": "registry.example/main:1"}],
+        },
+    }
+    created = api.create(pod, "pods")
+    try:
+        yield created
+    finally:
+        path = kube.path_of("v1", "pods", namespace=release.NAMESPACE, name=pod["metadata"]["name"])
+        api.request("DELETE", path, body={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+
+
+def test_a_scope_controller_may_only_remove_its_own_gate_from_its_own_pods(
+    testbed: cluster.Testbed, api: kube.Kube, ns: str
+) -> None:
+    lws, ds = as_controller(testbed, keys.LWS_CONTROLLER), as_controller(testbed, keys.DS_CONTROLLER)
+    with gated_pod(api, keys.SCOPE_REPLICA) as pod:
+        path = kube.path_of("v1", "pods", namespace=release.NAMESPACE, name=pod["metadata"]["name"])
+        uid_test = {"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]}
+        ungate = [uid_test, *injection.gate_removal_at(0)]  # the patch DomainWriter.ungate sends
+
+        def patched(*operations: dict[str, Any], client: kube.Kube = lws) -> Callable[[], object]:
+            return lambda: client.patch(path, list(operations), content_type=kube.JSON_PATCH)
+
+        new_image = {"op": "replace", "path": "/spec/containers/0/image", "value": "registry.example/other:1"}
+        assert "may change nothing of a pod's spec" in refused_by(
+            testbed, keys.LWS_CONTROLLER, "pods", patched(*ungate, new_image)
+        )
+        foreign_gate = {"op": "remove", "path": "/spec/schedulingGates/1"}
+        assert "may only remove its scheduling gate" in refused_by(
+            testbed, keys.LWS_CONTROLLER, "pods", patched(uid_test, foreign_gate)
+        )
+        # Both scope controllers hold pods with the same gate: each may lift it from its own scope's pods only.
+        assert "compute-domain-scope=slice" in refused_by(
+            testbed, keys.DS_CONTROLLER, "pods", patched(*ungate, client=ds)
+        )
+
+        ungated = lws.patch(path, ungate, content_type=kube.JSON_PATCH)
+        assert ungated["spec"]["schedulingGates"] == [{"name": FOREIGN_GATE}]
+        assert ungated["spec"]["containers"][0]["image"] == "registry.example/main:1"
+
+
+def test_a_scope_controller_writes_only_the_domains_it_created(
+    testbed: cluster.Testbed, api: kube.Kube, ns: str
+) -> None:
+    lws = as_controller(testbed, keys.LWS_CONTROLLER)
+    ours = lws.create(workloads.domain_labelled_as(ns, "ours", keys.LWS_CONTROLLER), keys.COMPUTE_DOMAIN_PLURAL)
+    # A condemned mark, as the fenced deletion sets it.
+    mark = patches.set_annotation(ours["metadata"], keys.CONDEMNED_ANNOTATION, f"{keys.LWS_CONTROLLER}/probe")
+    marked = lws.patch(domain_path(ns, "ours"), mark, content_type=kube.JSON_PATCH)
+    assert marked["metadata"]["annotations"][keys.CONDEMNED_ANNOTATION] == f"{keys.LWS_CONTROLLER}/probe"
+    relabel = {"metadata": {"labels": {keys.OWNER_UID_LABEL: str(uuid.uuid4())}}}
+    assert "may only set or lift the annotation" in refused_by(
+        testbed, keys.LWS_CONTROLLER, "computedomains", lambda: lws.patch(domain_path(ns, "ours"), relabel)
+    )
+
+    unlabelled = workloads.domain_labelled_as(ns, "unlabelled", keys.LWS_CONTROLLER)
+    del unlabelled["metadata"]["labels"]
+    assert "may only write ComputeDomains labelled" in refused_by(
+        testbed, keys.LWS_CONTROLLER, "computedomains", lambda: lws.create(unlabelled, keys.COMPUTE_DOMAIN_PLURAL)
+    )
+    as_someone_else = kube.Kube(lws.api, field_manager="someone-else")
+    labelled = workloads.domain_labelled_as(ns, "other-manager", keys.LWS_CONTROLLER)
+    assert "as field manager mnnvl-lws" in refused_by(
+        testbed,
+        keys.LWS_CONTROLLER,
+        "computedomains",
+        lambda: as_someone_else.create(labelled, keys.COMPUTE_DOMAIN_PLURAL),
+    )
+
+    # A foreign domain, and one labelled as mnnvl-lws's by someone else: neither may mnnvl-lws delete.
+    workloads.create_foreign_domain(api, ns, "foreign", {})
+    kube.Kube(api.api, field_manager="e2e").create(
+        workloads.domain_labelled_as(ns, "look-alike", keys.LWS_CONTROLLER), keys.COMPUTE_DOMAIN_PLURAL
+    )
+    assert "may only write ComputeDomains labelled" in refused_by(
+        testbed, keys.LWS_CONTROLLER, "computedomains", lambda: lws.delete(domain_path(ns, "foreign"))
+    )
+    assert "ComputeDomains it created" in refused_by(
+        testbed, keys.LWS_CONTROLLER, "computedomains", lambda: lws.delete(domain_path(ns, "look-alike"))
+    )
+    # Nor may mnnvl-ds delete mnnvl-lws's; the guardian may put only its own finalizer, and only on mnnvl's domains.
+    ds = as_controller(testbed, keys.DS_CONTROLLER)
+    refused_by(testbed, keys.DS_CONTROLLER, "computedomains", lambda: ds.delete(domain_path(ns, "ours")))
+    guardian = as_controller(testbed, keys.GUARDIAN_CONTROLLER)
+
+    def finalized(name: str, finalizer: str) -> Callable[[], object]:
+        current = api.get(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns)
+        assert current is not None
+        added: kube.JsonPatch
+        if current["metadata"].get("finalizers"):
+            added = [{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}]
+        else:
+            added = [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
+        return lambda: guardian.patch(domain_path(ns, name), added, content_type=kube.JSON_PATCH)
+
+    assert "may only add or remove the finalizer" in refused_by(
+        testbed, keys.GUARDIAN_CONTROLLER, "computedomains", finalized("ours", workloads.HOLD_FINALIZER)
+    )
+    assert "that mnnvl-lws or mnnvl-ds created" in refused_by(
+        testbed, keys.GUARDIAN_CONTROLLER, "computedomains", finalized("look-alike", keys.PROTECTION_FINALIZER)
+    )
+
+    assert lws.delete(domain_path(ns, "ours"), uid=ours["metadata"]["uid"])
+
+
+def test_mnnvl_ds_sets_only_its_own_annotation_on_a_disaggregatedset(
+    testbed: cluster.Testbed, api: kube.Kube, ns: str
+) -> None:
+    role = {
+        "replicas": 0,
+        "leaderWorkerTemplate": {"size": 1, "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+    }
+    manifest = {
+        "apiVersion": keys.DS_API_VERSION,
+        "kind": keys.DS_KIND,
+        "metadata": {"name": "set", "namespace": ns},
+        "spec": {"roles": [{"name": "prefill", "spec": role}, {"name": "decode", "spec": role}]},
+    }
+    created = workloads.create_ds(api, ns, manifest)
+    ds = as_controller(testbed, keys.DS_CONTROLLER)
+    path = workloads.ds_path(ns, "set")
+    # As mnnvl-ds asks upstream to reconcile a set again (retries.UpstreamRetries).
+    ask = patches.set_annotation(created["metadata"], keys.RECONCILE_REQUESTED_ANNOTATION, "2026-01-01T00:00:00Z")
+    asked = ds.patch(path, ask, content_type=kube.JSON_PATCH)
+    assert asked["metadata"]["annotations"][keys.RECONCILE_REQUESTED_ANNOTATION] == "2026-01-01T00:00:00Z"
+
+    foreign = patches.set_annotation(asked["metadata"], "example.com/note", "set by mnnvl-ds")
+    assert "may only set the annotation" in refused_by(
+        testbed,
+        keys.DS_CONTROLLER,
+        "disaggregatedsets",
+        lambda: ds.patch(path, foreign, content_type=kube.JSON_PATCH),
+    )
