@@ -11,6 +11,9 @@ from mnnvl_testbed import chart, cluster, controllers, kind, release, testing, v
 
 from . import workloads
 
+#: What the e2e session runs, in the order it starts them.
+SESSION = (keys.GUARDIAN_CONTROLLER, keys.DS_CONTROLLER, keys.LWS_CONTROLLER)
+
 
 @pytest.fixture(scope="session")
 def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
@@ -20,6 +23,20 @@ def lws_controller(testbed: cluster.Testbed) -> list[controllers.Replica]:
     controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
     controllers.start(testbed, keys.DS_CONTROLLER, gate=True)
     return controllers.start_lws(testbed, gate=True)
+
+
+@pytest.fixture
+def restored(testbed: cluster.Testbed, mnnvl: None) -> Iterator[cluster.Testbed]:
+    """Whatever the test leaves, the session's install comes back: topology, which only its own tests run,
+    uninstalled; lws, ds and guardian installed again and started with the gate on where they are not running
+    (the tests that use this only ever start them with the gate on)."""
+    yield testbed
+    for controller in release.BLOCKS:
+        if controller not in SESSION and release.BLOCKS[controller] in release.installed_blocks(testbed):
+            controllers.uninstall(testbed, controller)
+    for controller in SESSION:
+        if not controllers.running_replicas(testbed, controller):
+            controllers.start(testbed, controller, gate=True)
 
 
 @pytest.fixture(scope="session")

@@ -27,28 +27,12 @@ LWS = keys.LWS_CONTROLLER
 DS = keys.DS_CONTROLLER
 GUARDIAN = keys.GUARDIAN_CONTROLLER
 TOPOLOGY = keys.TOPOLOGY_CONTROLLER
-#: What the e2e session runs, in the order it starts them.
-SESSION = (GUARDIAN, DS, LWS)
 KAI = "kai-v0.16.7"
 TIMEOUT = 60.0
 #: Every controller's block renders at least these.
 EVERY_BLOCK_RENDERS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap"}
 #: The controllers whose blocks also render webhook configurations whatever the values (the guardian's need Deny).
 ADMITTING = (LWS, DS)
-
-
-@pytest.fixture
-def restored(testbed: cluster.Testbed, mnnvl: None) -> Iterator[cluster.Testbed]:
-    """Whatever the test leaves, the session's install comes back: topology, which only its own tests run,
-    uninstalled; lws, ds and guardian installed again and started with the gate on where they are not running
-    (the tests here only ever start them with the gate on)."""
-    yield testbed
-    for controller in release.BLOCKS:
-        if controller not in SESSION and release.BLOCKS[controller] in release.installed_blocks(testbed):
-            controllers.uninstall(testbed, controller)
-    for controller in SESSION:
-        if not controllers.running_replicas(testbed, controller):
-            controllers.start(testbed, controller, gate=True)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""kubectl-mnnvl: `kubectl mnnvl status|explain|doctor|gc`, once this script is on PATH.
+"""kubectl-mnnvl: `kubectl mnnvl status|explain|doctor|gc|uninstall-check`, once this script is on PATH.
 
 Talks only to the API server, as the user of the kubeconfig (and their RBAC); a user error is one line on stderr
 naming the fix (exit code 2), never a traceback."""
@@ -22,7 +22,7 @@ from kubernetes import config
 from mnnvl_api import names
 from mnnvl_runtime import kube
 
-from . import __version__, doctor, explain, gc, reading, release, render, status
+from . import __version__, doctor, explain, gc, reading, release, render, status, uninstall
 
 OUTPUTS = ("table", "json", "yaml")
 WATCH_INTERVAL_SECONDS = 2.0
@@ -73,6 +73,19 @@ def parser() -> argparse.ArgumentParser:
     gc_command.add_argument("-n", "--namespace", help="only this namespace (default: every namespace)")
     gc_command.add_argument(
         "--apply", action="store_true", help="delete the orphans no pod uses (fenced, as the controllers do)"
+    )
+
+    uninstall_command = commands.add_parser(
+        "uninstall-check",
+        parents=[common],
+        help="what uninstalling mnnvl would leave behind (exit 0 nothing, 1 something)",
+    )
+    uninstall_command.add_argument(
+        "--controller",
+        action="append",
+        choices=uninstall.CONTROLLERS,
+        dest="controllers",
+        help="a controller being uninstalled; repeat it for each (default: all of them)",
     )
     return top
 
@@ -191,6 +204,13 @@ def run_gc(client: kube.Kube, args: argparse.Namespace, style: render.Style) -> 
     return 1 if outcome and gc.failed(outcome) else 0
 
 
+def run_uninstall_check(client: kube.Kube, args: argparse.Namespace, style: render.Style) -> int:
+    uninstalling = set(args.controllers or uninstall.CONTROLLERS)
+    found = uninstall.read(client, uninstalling)
+    print(_format(uninstall.as_data(found, uninstalling), args.output, lambda: uninstall.as_text(found, uninstalling)))
+    return uninstall.exit_code(found)
+
+
 def _installed_or_none(client: kube.Kube) -> list[release.InstalledController] | None:
     """The installed controllers, or None when the user may not read the release's ConfigMaps."""
     try:
@@ -212,6 +232,7 @@ COMMANDS: dict[str, Callable[[kube.Kube, argparse.Namespace, render.Style], int]
     "explain": run_explain,
     "doctor": run_doctor,
     "gc": run_gc,
+    "uninstall-check": run_uninstall_check,
 }
 
 if __name__ == "__main__":

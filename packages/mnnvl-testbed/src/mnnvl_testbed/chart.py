@@ -16,6 +16,29 @@ from . import building, versions
 CHART_DIR = pathlib.Path(__file__).resolve().parents[4] / "charts" / "mnnvl"
 
 
+#: On a hook object: the release events it runs at (`pre-delete`, ...); Helm creates it only then, never on install.
+HOOK_ANNOTATION = "helm.sh/hook"
+HOOK_WEIGHT_ANNOTATION = "helm.sh/hook-weight"
+
+
+def hook_events(manifest: Mapping[str, Any]) -> list[str]:
+    """The release events a rendered object is a hook of; empty for the release's own objects."""
+    found = (manifest["metadata"].get("annotations") or {}).get(HOOK_ANNOTATION, "")
+    return [event.strip() for event in str(found).split(",") if event.strip()]
+
+
+def hooks(objects: Sequence[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    """The hooks of `event` among rendered objects, in the order Helm creates them: by weight, then name."""
+    found = [o for o in objects if event in hook_events(o)]
+    return sorted(
+        found,
+        key=lambda o: (
+            int((o["metadata"].get("annotations") or {}).get(HOOK_WEIGHT_ANNOTATION, "0")),
+            o["metadata"]["name"],
+        ),
+    )
+
+
 class RenderError(RuntimeError):
     """`helm template` refused the values; the message is helm's."""
 

@@ -7,7 +7,8 @@ budgets, the FlowSchema. Each process then runs as its Deployment says (command,
 authenticated as its ServiceAccount by a token from the TokenRequest API, so every permission the controllers use
 is one the chart grants. The release's values are kept in the state directory, one block per controller that was
 installed, so starting one controller again re-renders the release without dropping the others, and uninstalling one
-re-renders it without that block and deletes what is no longer rendered, as `helm upgrade` does.
+re-renders it without that block and deletes what is no longer rendered, as `helm upgrade` does. Hooks are set
+aside as Helm does on install and upgrade; `uninstall_all` runs the `pre-delete` ones as `helm uninstall` does.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import pathlib
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -65,11 +69,18 @@ RESOURCES = {
     "Service": Resource("v1", "services", namespaced=True),
     "PodDisruptionBudget": Resource("policy/v1", "poddisruptionbudgets", namespaced=True),
     "FlowSchema": Resource("flowcontrol.apiserver.k8s.io/v1", "flowschemas", namespaced=False),
+    "NetworkPolicy": Resource("networking.k8s.io/v1", "networkpolicies", namespaced=True),
     "MutatingWebhookConfiguration": Resource(
         "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", namespaced=False
     ),
     "ValidatingWebhookConfiguration": Resource(
         "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", namespaced=False
+    ),
+    "ValidatingAdmissionPolicy": Resource(
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False
+    ),
+    "ValidatingAdmissionPolicyBinding": Resource(
+        "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
     ),
 }
 #: What marks every object of the release (the chart's standard labels).
@@ -100,16 +111,23 @@ class Release:
         deployment = self._component("Deployment", BLOCKS[controller])
         return str(deployment["spec"]["template"]["spec"]["serviceAccountName"])
 
-    def user(self, controller: str) -> str:
-        """`uid:gid` the Deployment's container runs as (its own securityContext over the Pod's)."""
+    def user(self, controller: str) -> str | None:
+        """`uid:gid` (or `uid` without a group) the Deployment's container runs as, its own securityContext over the
+        Pod's; None when neither sets a user, so the image's USER applies, as it does for a Pod (an OpenShift
+        restricted-v2 install leaves the user to the platform)."""
         pod = self._component("Deployment", BLOCKS[controller])["spec"]["template"]["spec"]
         context = {**pod.get("securityContext", {}), **self.container(controller).get("securityContext", {})}
-        return f"{context['runAsUser']}:{context['runAsGroup']}"
+        if "runAsUser" not in context:
+            return None
+        group = f":{context['runAsGroup']}" if "runAsGroup" in context else ""
+        return f"{context['runAsUser']}{group}"
 
-    def volume_group(self, controller: str) -> int:
-        """The group the kubelet gives the Pod's volumes to (its `fsGroup`)."""
+    def volume_group(self, controller: str) -> int | None:
+        """The group the kubelet gives the Pod's volumes to (its `fsGroup`); None without one, when the kubelet
+        leaves Secret and ConfigMap files readable by every user (their default mode, 0644)."""
         pod = self._component("Deployment", BLOCKS[controller])["spec"]["template"]["spec"]
-        return int(pod["securityContext"]["fsGroup"])
+        group = pod.get("securityContext", {}).get("fsGroup")
+        return None if group is None else int(group)
 
     def configuration(self, controller: str) -> dict[str, Any]:
         config_map = self._component("ConfigMap", BLOCKS[controller])
@@ -201,9 +219,16 @@ def _apply(testbed: cluster.Testbed, blocks: dict[str, dict[str, Any]]) -> Relea
     client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, "namespaces")
     kept: set[tuple[str, str]] = set()
     for manifest in release.objects:
-        if manifest["kind"] != "Deployment":
+        if manifest["kind"] != "Deployment" and not chart.hook_events(manifest):
             client.apply(manifest, RESOURCES[manifest["kind"]].plural)
             kept.add((manifest["kind"], manifest["metadata"]["name"]))
+    _delete_release_objects(client, kept=kept)
+    _record_blocks(testbed, blocks)
+    return release
+
+
+def _delete_release_objects(client: kube.Kube, *, kept: set[tuple[str, str]]) -> None:
+    """Delete every object of the release (by its instance label) but those `kept`, (kind, name)."""
     for kind, resource in RESOURCES.items():
         namespace = NAMESPACE if resource.namespaced else None
         listed = client.list_objects(
@@ -213,13 +238,62 @@ def _apply(testbed: cluster.Testbed, blocks: dict[str, dict[str, Any]]) -> Relea
             name = item["metadata"]["name"]
             if (kind, name) not in kept:
                 client.delete(kube.path_of(resource.api_version, resource.plural, namespace=namespace, name=name))
+
+
+def _record_blocks(testbed: cluster.Testbed, blocks: Mapping[str, Mapping[str, Any]]) -> None:
     path = _state_file(testbed)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Replaced whole: a thread may read it without the lock (`rendered`) while another applies.
     partial = path.with_name(f"{path.name}.{threading.get_ident()}")
     partial.write_text(json.dumps(blocks))
     partial.replace(path)
-    return release
+
+
+class UninstallRefusedError(RuntimeError):
+    """A `pre-delete` hook Job failed, so `helm uninstall` deleted nothing; the message carries the Job's output."""
+
+
+def uninstall_all(testbed: cluster.Testbed) -> None:
+    """`helm uninstall` of the release: its `pre-delete` hooks first, in Helm's order (the check's RBAC, then its
+    Job, whose container runs as a local process under the hook's ServiceAccount); when the Job fails,
+    `UninstallRefusedError` with its output, and nothing is deleted (the hook objects stay, as Helm keeps a failed
+    hook's). Otherwise every object of the release, the hooks' too, is deleted. The controllers' processes are the
+    caller's to stop (`controllers.stop`), as deleting their Deployments would."""
+    with _changing:
+        release = rendered(testbed)
+        client = testbed.api()
+        for hook in chart.hooks(release.objects, "pre-delete"):
+            if hook["kind"] == "Job":
+                _run_hook_job(testbed, hook)
+            else:
+                client.apply(hook, RESOURCES[hook["kind"]].plural)
+        _delete_release_objects(client, kept=set())
+        _record_blocks(testbed, {})
+
+
+def _run_hook_job(testbed: cluster.Testbed, job: Mapping[str, Any]) -> None:
+    """The Job's one container, run to its end as the kubelet would run it: its command (a console script of this
+    interpreter's environment) and environment, authenticated as the Job's ServiceAccount by a TokenRequest token."""
+    name = job["metadata"]["name"]
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    kubeconfig = cluster.service_account_kubeconfig(
+        testbed, NAMESPACE, pod["serviceAccountName"], testbed.state_dir / "hooks" / f"{name}.kubeconfig"
+    )
+    environment = manifests.container_environment(container, pod_name=name, namespace=NAMESPACE)
+    script = pathlib.Path(sys.executable).parent / container["command"][0]
+    result = subprocess.run(
+        [sys.executable, str(script), *container["command"][1:], *container.get("args", [])],
+        env={**os.environ, **environment, "KUBECONFIG": str(kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=job["spec"].get("activeDeadlineSeconds"),
+        check=False,
+    )
+    if result.returncode != 0:
+        raise UninstallRefusedError(
+            f"pre-delete hook Job {name} failed (exit code {result.returncode}):\n{result.stdout}{result.stderr}"
+        )
 
 
 def service_account_kubeconfig(testbed: cluster.Testbed, release: Release, controller: str) -> pathlib.Path:
