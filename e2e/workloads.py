@@ -7,6 +7,7 @@ import datetime
 import json
 import pathlib
 import re
+import ssl
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -423,9 +424,19 @@ LWS_LEASE_PATH = kube.path_of(
 )
 
 
+def replica_metrics(replica: controllers.Replica, *, ca: pathlib.Path | None = None, token: str | None = None) -> str:
+    """The metrics `replica` serves: plain HTTP, or with `ca` HTTPS trusting it (secure metrics), sending `token` as
+    the bearer token when given. A refusal raises urllib.error.HTTPError (its `code` the status)."""
+    request = urllib.request.Request(f"{'http' if ca is None else 'https'}://127.0.0.1:{replica.metrics_port}/metrics")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = None if ca is None else ssl.create_default_context(cafile=ca)
+    with urllib.request.urlopen(request, timeout=5, context=context) as response:
+        return str(response.read().decode())
+
+
 def lease_held(replica: controllers.Replica) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
-        return "mnnvl_lease_held 1.0" in response.read().decode()
+    return "mnnvl_lease_held 1.0" in replica_metrics(replica)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ def test_every_configuration_key_the_chart_accepts_is_one_the_controllers_accept
         },
         "watching": {"storeResyncSeconds": 300},
         "reconciliation": {"concurrency": 32},
+        "shutdown": {"drainSeconds": 2, "stopTimeoutSeconds": 20},
     }
     objects = render(overrides={"guardian": {"configuration": extra, "deletionProtection": "Deny"}})
     path = tmp_path / "guardian.yaml"
@@ -49,6 +50,7 @@ def test_every_configuration_key_the_chart_accepts_is_one_the_controllers_accept
     loaded = settings.load_configuration(path)
     assert loaded.leader_election.lease_duration_seconds == 30
     assert loaded.reconciliation.concurrency == 32
+    assert (loaded.shutdown.drain_seconds, loaded.shutdown.stop_timeout_seconds) == (2, 20)
     assert loaded.compute_domain.deletion_fence_seconds == 45
     assert loaded.compute_domain.api_server_request_timeout_seconds == 30
     assert loaded.compute_domain.deletion_protection is configuration_file.DeletionProtection.DENY

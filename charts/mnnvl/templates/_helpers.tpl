@@ -38,13 +38,22 @@ controller registers admission handlers; the guardian always does, even in Final
 {{- printf "mnnvl-%s" . }}
 {{- end }}
 
-{{- define "mnnvl.labels" -}}
+{{/* The labels the chart itself puts on every object (commonLabels may not reuse their keys: validation.yaml). */}}
+{{- define "mnnvl.chartLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ include "mnnvl.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: mnnvl
+{{- end }}
+
+{{/* Every object's labels: the chart's and the user's commonLabels. */}}
+{{- define "mnnvl.labels" -}}
+{{ include "mnnvl.chartLabels" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* Labels of one controller's objects. Call with (dict "root" $ "controller" "lws"). */}}
@@ -57,6 +66,17 @@ app.kubernetes.io/component: {{ .controller }}
 app.kubernetes.io/name: {{ include "mnnvl.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .controller }}
+{{- end }}
+
+{{/* The labels of a component's pods: the selector's, then commonLabels with its block's podLabels (if it has a
+block) over them, in one map so a key in both is written once. Never in a selector: a label changed later must not
+orphan the pods. */}}
+{{- define "mnnvl.podLabels" -}}
+{{ include "mnnvl.selectorLabels" . }}
+{{- $podLabels := (index .root.Values .controller | default dict).podLabels | default dict }}
+{{- with mustMergeOverwrite (deepCopy (.root.Values.commonLabels | default dict)) (deepCopy $podLabels) }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* The controller's feature gates: the global map, its own map merged over it. */}}
@@ -75,6 +95,53 @@ computeDomainManagement.enabled is on. Only the scope controllers and the guardi
 
 {{- define "mnnvl.certDir" -}}
 /var/run/mnnvl/webhook-certs
+{{- end }}
+
+{{/* The environment the chart gives a controller's container; the block's extraEnv follows and may not reuse a
+name. Call with (dict "root" $ "controller" "lws"), as the volume helpers below. */}}
+{{- define "mnnvl.env" -}}
+- name: MNNVL_CONFIG_FILE
+  value: /etc/mnnvl/configuration.yaml
+- name: MNNVL_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: MNNVL_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: MNNVL_LOG_LEVEL
+  value: {{ default .root.Values.logLevel (index .root.Values .controller).logLevel | quote }}
+{{- end }}
+
+{{/* The chart's volumes of a controller's pod, and where its container mounts them; the block's extraVolumes and
+extraVolumeMounts follow and may not reuse a volume name or a mount path. */}}
+{{- define "mnnvl.volumes" -}}
+- name: configuration
+  configMap:
+    name: {{ include "mnnvl.component" . }}-configuration
+# A writable /tmp on a read-only root filesystem (Python's tempfile).
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if or (eq (include "mnnvl.servesWebhooks" .controller) "true") (eq (include "mnnvl.metricsCertMounted" .) "true") }}
+- name: webhook-certs
+  secret:
+    secretName: {{ include "mnnvl.certSecretName" .root }}
+{{- end }}
+{{- end }}
+
+{{- define "mnnvl.volumeMounts" -}}
+- name: configuration
+  mountPath: /etc/mnnvl
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- if or (eq (include "mnnvl.servesWebhooks" .controller) "true") (eq (include "mnnvl.metricsCertMounted" .) "true") }}
+- name: webhook-certs
+  mountPath: {{ include "mnnvl.certDir" .root }}
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{/* The controller's Configuration file (config.lws.x-k8s.io/v1), as mnnvl_runtime.settings reads it. */}}
@@ -98,7 +165,26 @@ computeDomainManagement.enabled is on. Only the scope controllers and the guardi
 {{- /* Recorded on the Topologies and bindings it creates: another release never touches them. */}}
 {{- $_ := set $base "installation" (printf "%s/%s" .root.Release.Namespace .root.Release.Name) }}
 {{- end }}
+{{- if .root.Values.metrics.secure }}
+{{- $_ := set $base "metrics" (dict "secure" true) }}
+{{- if eq (include "mnnvl.metricsCertMounted" .) "true" }}
+{{- $_ := set $base.metrics "certDir" (include "mnnvl.certDir" .root) }}
+{{- end }}
+{{- end }}
 {{- toYaml (mustMergeOverwrite $base (deepCopy $values.configuration)) }}
+{{- end }}
+
+{{/* "true" when the controller's metrics are served securely: its Configuration says so (the global metrics.secure,
+or its own configuration.metrics.secure). Call with (dict "root" $ "controller" "lws"). */}}
+{{- define "mnnvl.metricsSecure" -}}
+{{- dig "metrics" "secure" false (include "mnnvl.configuration" . | fromYaml) }}
+{{- end }}
+
+{{/* "true" when a controller that serves no webhook (mnnvl-topology) mounts the webhook certificate's Secret for its
+secure metrics, so one ServiceMonitor TLS setting fits every controller: metrics.secure is on and a webhook-serving
+controller of the release has the Secret. Otherwise it serves a self-signed certificate it makes at start-up. */}}
+{{- define "mnnvl.metricsCertMounted" -}}
+{{- and .root.Values.metrics.secure (ne (include "mnnvl.servesWebhooks" .controller) "true") (eq (include "mnnvl.anyWebhookServer" .root) "true") }}
 {{- end }}
 
 {{- define "mnnvl.certSecretName" -}}
@@ -160,8 +246,13 @@ and every webhook configuration (helm caches nothing, so it is memoized in .Valu
 {{- end }}
 {{- end }}
 
+{{/* The controller's image: pinned by digest when one is set (the tag is then ignored), else by tag. */}}
 {{- define "mnnvl.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
 {{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Values renamed or removed, which keep working for one release (docs/upgrades.md, "Chart values: renames and
@@ -205,4 +296,36 @@ number is a float64, as values files give it. */}}
 {{- end }}
 {{- end }}
 {{- toJson $found }}
+{{- end }}
+
+{{/*
+The pod's and the container's security contexts of a controller block (also the uninstall check's, which runs as
+a controller runs). A map the user sets replaces the chart's whole: in values.yaml Helm would merge it into ours.
+*/}}
+{{- define "mnnvl.podSecurityContext" -}}
+{{- if .podSecurityContext }}
+{{- toYaml .podSecurityContext }}
+{{- else -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+{{- end }}
+
+{{- define "mnnvl.containerSecurityContext" -}}
+{{- if .securityContext }}
+{{- toYaml .securityContext }}
+{{- else -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 65532
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
 {{- end }}
