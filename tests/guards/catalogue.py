@@ -69,6 +69,8 @@ GUARDIAN_CONTRACTS = f"{PROPERTY_SUITE}/test_guardian_contracts.py"
 FENCE_PROTOCOL = f"{PROPERTY_SUITE}/test_fence_protocol.py"
 #: Two installations of mnnvl-topology side by side.
 TOPOLOGY_MODEL = f"{PROPERTY_SUITE}/test_topology_identity.py"
+#: A leader stepping down while its passes' writes are on their way in worker threads.
+WRITE_PERMIT_MODEL = f"{PROPERTY_SUITE}/test_write_permit_interleavings.py"
 
 
 def replica(test: str) -> str:
@@ -452,6 +454,30 @@ GUARDS: tuple[Guard, ...] = (
         find="    if current != holder and not expired:\n        return None",
         replace="    if False:\n        return None",
         suite=(LEASE_MODEL,),
+    ),
+    Guard(
+        name="writes-sent-only-under-a-valid-permit",
+        keeps="a cancelled pass's thread sends no write (nor a retry) once its replica may no longer write",
+        path=f"{RUNTIME}/kube.py",
+        find="            if not self.valid():\n                raise WriteWithdrawnError",
+        replace="            if False:\n                raise WriteWithdrawnError",
+        suite=(WRITE_PERMIT_MODEL,),
+    ),
+    Guard(
+        name="pass-writes-counted-under-the-permit",
+        keeps="the Lease is released only when no write of a pass is on its way",
+        path=f"{RUNTIME}/kube.py",
+        find="        permit = WRITE_PERMIT.get() if method in MUTATING_METHODS else None",
+        replace="        permit = None",
+        suite=(WRITE_PERMIT_MODEL,),
+    ),
+    Guard(
+        name="release-waits-for-writes-on-their-way",
+        keeps="the next leader cannot start while a write of the last one is still on its way",
+        path=f"{RUNTIME}/leases.py",
+        find="        if not await asyncio.to_thread(self.permit.wait_idle, self.timing.renew_deadline):",
+        replace="        if False:",
+        suite=(WRITE_PERMIT_MODEL,),
     ),
     # --- mnnvl_lws/rules.py: replica-scope pod admission -----------------------------------------------
     Guard(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import threading
 from collections.abc import Awaitable
@@ -109,3 +110,42 @@ class LeaseServer:
         self._version += 1
         self.lease = {**lease, "metadata": {**lease["metadata"], "resourceVersion": str(self._version)}}
         return self.lease
+
+
+# --- the generated client's surface that kube.Kube uses, for writes under a permit ------------------------------
+
+
+class Response:
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.reason = "OK" if status < 400 else "Service Unavailable"
+
+    def read(self) -> bytes:
+        return b"{}"
+
+
+class RecordingApi:
+    """What `kube.Kube` needs of the generated client: records each request sent; `hold` keeps writes on their way
+    until set; `statuses` answers the first writes with those statuses (then 200)."""
+
+    def __init__(self, *, statuses: tuple[int, ...] = (), journal: list[str] | None = None) -> None:
+        self.sent: list[str] = [] if journal is None else journal
+        self.hold = threading.Event()
+        self.hold.set()
+        self.on_the_way = threading.Event()
+        self._statuses = list(statuses)
+
+    def param_serialize(self, *, method: str, resource_path: str, **_: Any) -> tuple[Any, ...]:
+        return (method, resource_path, {}, None, None)
+
+    def call_api(self, method: str, url: str, **_: Any) -> Response:
+        self.sent.append(f"{method} {url}")
+        self.on_the_way.set()
+        self.hold.wait(PATIENCE)
+        return Response(self._statuses.pop(0) if self._statuses and method != "GET" else 200)
+
+
+def under(permit: kube.WritePermit) -> contextvars.Context:
+    context = contextvars.copy_context()
+    context.run(kube.WRITE_PERMIT.set, permit)
+    return context

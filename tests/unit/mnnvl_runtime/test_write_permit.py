@@ -4,8 +4,6 @@ cancelled pass's worker thread included), and the Lease is released only when no
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
 from typing import Any
 
 from mnnvl_runtime import kube, leases
@@ -15,47 +13,11 @@ from . import fakes
 QUICK = leases.Timing(lease_duration=3.0, renew_deadline=0.4, retry_period=0.05)
 
 
-class _Response:
-    def __init__(self, status: int) -> None:
-        self.status = status
-        self.reason = "OK" if status < 400 else "Service Unavailable"
-
-    def read(self) -> bytes:
-        return b"{}"
-
-
-class RecordingApi:
-    """What `kube.Kube` needs of the generated client: records each request sent; `hold` keeps writes on their way
-    until set; `statuses` answers the first writes with those statuses (then 200)."""
-
-    def __init__(self, *, statuses: tuple[int, ...] = ()) -> None:
-        self.sent: list[str] = []
-        self.hold = threading.Event()
-        self.hold.set()
-        self.on_the_way = threading.Event()
-        self._statuses = list(statuses)
-
-    def param_serialize(self, *, method: str, resource_path: str, **_: Any) -> tuple[Any, ...]:
-        return (method, resource_path, {}, None, None)
-
-    def call_api(self, method: str, url: str, **_: Any) -> _Response:
-        self.sent.append(f"{method} {url}")
-        self.on_the_way.set()
-        self.hold.wait(fakes.PATIENCE)
-        return _Response(self._statuses.pop(0) if self._statuses and method != "GET" else 200)
-
-
-def under(permit: kube.WritePermit) -> contextvars.Context:
-    context = contextvars.copy_context()
-    context.run(kube.WRITE_PERMIT.set, permit)
-    return context
-
-
 def test_a_withdrawn_permit_stops_writes_but_not_reads() -> None:
-    api = RecordingApi()
+    api = fakes.RecordingApi()
     client = kube.Kube(api, field_manager="mnnvl-lws")  # type: ignore[arg-type]
     valid = [True]
-    context = under(kube.WritePermit(lambda: valid[0]))
+    context = fakes.under(kube.WritePermit(lambda: valid[0]))
     context.run(client.request, "PATCH", "/api/v1/namespaces/a/pods/p", body=[])
     valid[0] = False
     context.run(client.request, "GET", "/api/v1/namespaces/a/pods/p")
@@ -73,18 +35,18 @@ def test_a_withdrawn_permit_stops_writes_but_not_reads() -> None:
 
 
 def test_a_retry_is_not_sent_once_the_permit_is_withdrawn() -> None:
-    api = RecordingApi(statuses=(503,))
+    api = fakes.RecordingApi(statuses=(503,))
     client = kube.Kube(api, field_manager="mnnvl-lws", max_backoff=0.01)  # type: ignore[arg-type]
     valid = [True]
 
-    def withdraw_after_first_send(method: str, url: str, **kwargs: Any) -> _Response:
-        answer = RecordingApi.call_api(api, method, url, **kwargs)
+    def withdraw_after_first_send(method: str, url: str, **kwargs: Any) -> fakes.Response:
+        answer = fakes.RecordingApi.call_api(api, method, url, **kwargs)
         valid[0] = False
         return answer
 
     api.call_api = withdraw_after_first_send  # type: ignore[method-assign]
     try:
-        under(kube.WritePermit(lambda: valid[0])).run(client.request, "PUT", "/api/v1/namespaces/a/pods/p", body={})
+        fakes.under(kube.WritePermit(lambda: valid[0])).run(client.request, "PUT", "/api/v1/namespaces/a/pods/p", body={})
         raise AssertionError("the retry was sent")
     except kube.WriteWithdrawnError:
         pass
@@ -94,7 +56,7 @@ def test_a_retry_is_not_sent_once_the_permit_is_withdrawn() -> None:
 def _stepping_down_with_a_write_on_its_way(*, answers: bool) -> list[str]:
     server = fakes.LeaseServer()
     subject = leases.LeaderElector(server, namespace="mnnvl-system", name="mnnvl-lws", holder="me", timing=QUICK)
-    api = RecordingApi()
+    api = fakes.RecordingApi()
     api.hold.clear()
     client = kube.Kube(api, field_manager="mnnvl-lws")  # type: ignore[arg-type]
 
@@ -106,7 +68,7 @@ def _stepping_down_with_a_write_on_its_way(*, answers: bool) -> list[str]:
         election = asyncio.create_task(subject.run())
         await fakes.within(subject.leading_event.wait())
         writer = asyncio.create_task(
-            client.arequest("PATCH", "/api/v1/namespaces/a/pods/p", body=[]), context=under(subject.permit)
+            client.arequest("PATCH", "/api/v1/namespaces/a/pods/p", body=[]), context=fakes.under(subject.permit)
         )
         subject.track_writer(writer)
         await fakes.within(asyncio.to_thread(api.on_the_way.wait, fakes.PATIENCE))
