@@ -5,14 +5,17 @@ names (docs/install.md, "What the admission policies enforce")."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from mnnvl_api import keys
 from mnnvl_api.decisions import injection, patches
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, release
+from mnnvl_testbed import cluster, release, testing
 
 from . import workloads
 
@@ -28,8 +31,12 @@ def as_controller(testbed: cluster.Testbed, controller: str) -> kube.Kube:
 def refused_by(testbed: cluster.Testbed, controller: str, resource: str, call: Callable[[], object]) -> str:
     """The message of the refusal `call` meets, which must come from `controller`'s policy on `resource`."""
     policy = f"{release.rendered(testbed).service_account(controller)}-{resource}"
-    message = workloads.rejection(call)
+    with pytest.raises(kube.ApiError) as rejected:
+        call()
+    message: str = json.loads(rejected.value.body or "{}").get("message", "")
     assert f"ValidatingAdmissionPolicy '{policy}'" in message, message
+    # 403: the controllers report it as a refusal, where a 422 would pass for a failed JSON-patch test.
+    assert rejected.value.status == 403, message
     return message
 
 
@@ -97,6 +104,15 @@ def test_a_scope_controller_writes_only_the_domains_it_created(
 ) -> None:
     lws = as_controller(testbed, keys.LWS_CONTROLLER)
     ours = lws.create(workloads.domain_labelled_as(ns, "ours", keys.LWS_CONTROLLER), keys.COMPUTE_DOMAIN_PLURAL)
+    # Only as the controller makes them: no other shape, and no deletion before the fence's condemned mark.
+    wider = workloads.domain_labelled_as(ns, "wider", keys.LWS_CONTROLLER)
+    wider["spec"]["numNodes"] = 18
+    assert "may only create ComputeDomains as it makes them" in refused_by(
+        testbed, keys.LWS_CONTROLLER, "computedomains", lambda: lws.create(wider, keys.COMPUTE_DOMAIN_PLURAL)
+    )
+    assert "condemned first" in refused_by(
+        testbed, keys.LWS_CONTROLLER, "computedomains", lambda: lws.delete(domain_path(ns, "ours"))
+    )
     # A condemned mark, as the fenced deletion sets it.
     mark = patches.set_annotation(ours["metadata"], keys.CONDEMNED_ANNOTATION, f"{keys.LWS_CONTROLLER}/probe")
     marked = lws.patch(domain_path(ns, "ours"), mark, content_type=kube.JSON_PATCH)
@@ -153,6 +169,19 @@ def test_a_scope_controller_writes_only_the_domains_it_created(
         testbed, keys.GUARDIAN_CONTROLLER, "computedomains", finalized("look-alike", keys.PROTECTION_FINALIZER)
     )
 
+    # Its finalizer (the guardian's protection) comes off only once the domain is being deleted.
+    def protected() -> bool:
+        found = api.get(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, "ours", namespace=ns)
+        return found is not None and found["metadata"].get("finalizers") == [keys.PROTECTION_FINALIZER]
+
+    testing.wait_for(protected, what="the guardian to protect the domain ours", timeout=60)
+    released: kube.JsonPatch = [{"op": "remove", "path": "/metadata/finalizers/0"}]
+    assert "once they are being deleted" in refused_by(
+        testbed,
+        keys.LWS_CONTROLLER,
+        "computedomains",
+        lambda: lws.patch(domain_path(ns, "ours"), released, content_type=kube.JSON_PATCH),
+    )
     assert lws.delete(domain_path(ns, "ours"), uid=ours["metadata"]["uid"])
 
 

@@ -137,16 +137,33 @@ RBAC_DENIAL = json.dumps(
 )
 
 
+#: A ValidatingAdmissionPolicy's refusal as the API server words it (charts/mnnvl/templates/admissionpolicy.yaml).
+POLICY_DENIAL = json.dumps(
+    {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'computedomains.resource.nvidia.com "dsr1-0-bbbbb" is forbidden: ValidatingAdmissionPolicy '
+        "'mnnvl-lws-computedomains' with binding 'mnnvl-lws-computedomains' denied request: mnnvl-lws may only "
+        "delete a ComputeDomain it has condemned first",
+        "reason": "Forbidden",
+        "code": 403,
+    }
+)
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
         (GUARDIAN_DENIAL, json.loads(GUARDIAN_DENIAL)["message"]),
+        (POLICY_DENIAL, json.loads(POLICY_DENIAL)["message"]),
         (RBAC_DENIAL, None),
         ("", None),
         ("<html>not json</html>", None),
         ('["a list"]', None),
     ],
-    ids=["webhook", "rbac", "empty", "not-json", "not-a-status"],
+    ids=["webhook", "policy", "rbac", "empty", "not-json", "not-a-status"],
 )
 def test_an_admission_denial_is_told_apart_from_any_other_refusal(body: str, expected: str | None) -> None:
     assert kube.admission_denial(kube.ApiError(status=403, reason="Forbidden", body=body)) == expected
@@ -172,6 +189,23 @@ def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_pr
     )
     assert "RBAC" not in event["message"]
     assert counted._value.get() == before  # not a write error of ours
+
+
+def test_a_write_an_admission_policy_refuses_is_reported_and_counted_as_a_write_error() -> None:
+    client = Forbidden()
+    refused_writer = domain_writer.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
+    counted = domain_writer.PERMANENT_ERRORS.labels(action="delete", status="403")
+    before = counted._value.get()
+
+    async def refused() -> bool:
+        raise kube.ApiError(status=403, reason="Forbidden", body=POLICY_DENIAL)
+
+    with pytest.raises(kube.ApiError):
+        asyncio.run(refused_writer.guarded("delete", f"ComputeDomain {NAME}", WORKLOAD, refused))
+    [event] = client.events
+    assert "refused at admission: computedomains.resource.nvidia.com" in event["message"]
+    assert "ValidatingAdmissionPolicy 'mnnvl-lws-computedomains'" in event["message"]
+    assert counted._value.get() == before + 1  # a write of ours the policy does not expect: the alert must show it
 
 
 def gated_pod(api: MemoryApi, gates: list[str]) -> Any:

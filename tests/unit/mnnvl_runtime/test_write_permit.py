@@ -46,7 +46,9 @@ def test_a_retry_is_not_sent_once_the_permit_is_withdrawn() -> None:
 
     api.call_api = withdraw_after_first_send  # type: ignore[method-assign]
     try:
-        fakes.under(kube.WritePermit(lambda: valid[0])).run(client.request, "PUT", "/api/v1/namespaces/a/pods/p", body={})
+        fakes.under(kube.WritePermit(lambda: valid[0])).run(
+            client.request, "PUT", "/api/v1/namespaces/a/pods/p", body={}
+        )
         raise AssertionError("the retry was sent")
     except kube.WriteWithdrawnError:
         pass

@@ -168,7 +168,9 @@ class DomainWriter:
                     else f"Could not {action} {target}, refused at admission: {denial}; retried with back-off"
                 )
                 posted = await self.warn_once(workload, events.COMPUTE_DOMAIN_WRITE_FAILED_REASON, message)
-                if posted and denial is None:
+                # The guardian's refusal is the product working; a policy's means a write of ours it does not
+                # expect, which the alert on this metric must show.
+                if posted and (denial is None or kube.POLICY_DENIAL.search(denial)):
                     PERMANENT_ERRORS.labels(action=action, status=str(error.status)).inc()
             raise
 

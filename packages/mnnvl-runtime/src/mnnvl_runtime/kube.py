@@ -75,17 +75,22 @@ def status_of(error: BaseException) -> int | None:
 
 #: How the API server words a webhook's refusal: `admission webhook "<name>" denied the request: <its message>`.
 WEBHOOK_DENIAL: Final = re.compile(r'admission webhook "[^"]+" denied the request')
+#: How it words a ValidatingAdmissionPolicy's: `<object> is forbidden: ValidatingAdmissionPolicy '<name>' with
+#: binding '<name>' denied request: <its message>`.
+POLICY_DENIAL: Final = re.compile(r"ValidatingAdmissionPolicy '[^']+' with binding '[^']+' denied request")
 
 
 def admission_denial(error: ApiError) -> str | None:
-    """The API server's message when an admission webhook refused the request, from the Status it answered with;
-    None for any other error (the 403 of RBAC included), so the two are never confused."""
+    """The API server's message when an admission webhook or policy refused the request, from the Status it
+    answered with; None for any other error (the 403 of RBAC included), so the two are never confused."""
     try:
         status = json.loads(error.body or "")
     except ValueError:
         return None
     message = status.get("message") if isinstance(status, dict) else None
-    return message if isinstance(message, str) and WEBHOOK_DENIAL.match(message) else None
+    if not isinstance(message, str):
+        return None
+    return message if WEBHOOK_DENIAL.match(message) or POLICY_DENIAL.search(message) else None
 
 
 def _transient(error: BaseException) -> bool:
