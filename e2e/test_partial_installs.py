@@ -17,6 +17,7 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_api.models import configuration
+from mnnvl_cli import uninstall as uninstall_check
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, release, testing
 from mnnvl_topology import census_writer, effects, topologies, topology_writer
@@ -65,6 +66,13 @@ def uninstall(testbed: cluster.Testbed, *taken_out: str) -> None:
         )
         assert kinds >= EVERY_BLOCK_RENDERS | webhooks, f"{controller} is not installed: {sorted(kinds)}"
     assert all(exists(api, o) for o in rendered)
+    # The chart's check refuses to take out a controller that still has work: let what earlier tests left drain.
+    testing.wait_for(
+        lambda: uninstall_check.read(api, taken_out) == [],
+        what=f"nothing left behind for {', '.join(taken_out)}",
+        state=lambda: uninstall_check.as_text(uninstall_check.read(api, taken_out), taken_out),
+        timeout=TIMEOUT,
+    )
     for controller in taken_out:
         controllers.uninstall(testbed, controller)
     assert [name for c in taken_out for name in controllers.replica_names(testbed, c)] == []

@@ -1,5 +1,6 @@
 """Uninstalling the release (docs/install.md, "Uninstalling"), as `helm uninstall` does it: the chart's pre-delete
-hook refuses while mnnvl still manages something, names what, and nothing is deleted; after the documented order
+hook refuses while mnnvl still manages something, names what, and nothing is deleted (and so does its check of
+disabling one controller, as `helm upgrade --set lws.enabled=false` runs it); after the documented order
 (delete the workloads, wait until the controllers have deleted their domains) it passes, every object of the release
 goes and nothing of mnnvl's is left behind. The session's install comes back afterwards (`restored`)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from mnnvl_api import keys
 from mnnvl_cli import uninstall
 from mnnvl_runtime import kube
 from mnnvl_testbed import cluster, controllers, dra_driver, processes, release, testing
@@ -61,18 +63,27 @@ def test_uninstall_is_refused_while_mnnvl_manages_something_and_clean_after_the_
         )
         with pytest.raises(release.UninstallRefusedError) as refused:
             release.uninstall_all(restored)
+        # `helm upgrade --set lws.enabled=false` uninstalls mnnvl-lws alone: its pre-upgrade check refuses as well.
+        with pytest.raises(release.UninstallRefusedError) as disabling_refused:
+            controllers.uninstall(restored, keys.LWS_CONTROLLER)
     finally:
         cluster.start_driver_part(supervisor, restored, dra_driver.COMPONENT)
-    listed = str(refused.value).splitlines()
-    for named in (
-        f"- LeaderWorkerSet {ns}/serving",
-        f"- LeaderWorkerSet {ns}/held",
-        f"- Pod {ns}/held-0",
-        f"- Pod {ns}/held-0-1",
-        f"- ComputeDomain {ns}/{domain}",
-    ):
-        assert named in listed, refused.value
-    # Nothing of the release was deleted; the failed hook's RBAC stays, as Helm keeps a failed hook's objects.
+    # Checked for mnnvl-lws alone.
+    assert (
+        str(disabling_refused.value).splitlines()[1].startswith(f"Uninstalling {keys.LWS_CONTROLLER} now would leave ")
+    ), disabling_refused.value
+    for message in (refused.value, disabling_refused.value):
+        listed = str(message).splitlines()
+        for named in (
+            f"- LeaderWorkerSet {ns}/serving",
+            f"- LeaderWorkerSet {ns}/held",
+            f"- Pod {ns}/held-0",
+            f"- Pod {ns}/held-0-1",
+            f"- ComputeDomain {ns}/{domain}",
+        ):
+            assert named in listed, message
+    # Nothing of the release was deleted, mnnvl-lws still runs; the failed hook's RBAC stays, as Helm keeps a failed
+    # hook's objects.
     assert release_objects(api) == installed | {
         (kind, HOOK) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
     }

@@ -157,19 +157,37 @@ def test_a_reserved_annotation_alone_is_a_stamp() -> None:
     assert set(left(leaderworkersets=[lws])) == {("LeaderWorkerSet", "deepseek-r1")}
 
 
-def test_a_stamped_disaggregatedset_is_left_and_its_children_are_not_listed_apart() -> None:
+def stamped_child() -> dict[str, Any]:
+    """llm-serving's prefill child LeaderWorkerSet, its worker template stamped for the slice scope."""
     child = objects.child_lws("prefill")
     child["spec"]["leaderWorkerTemplate"]["workerTemplate"] = {
         "metadata": {"labels": {keys.SCOPE_LABEL: keys.SCOPE_SLICE}},
         "spec": {},
     }
+    return child
+
+
+def test_a_stamped_disaggregatedset_is_left_and_its_children_are_not_listed_apart() -> None:
+    child = stamped_child()
     found = left(disaggregatedsets=[stamped_ds()], leaderworkersets=[child])
     assert set(found) == {(keys.DS_KIND, "llm-serving")}
     assert "prefill.workerTemplate (slice)" in found[(keys.DS_KIND, "llm-serving")].why
     assert f"{keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION} on it and its roles" in found[(keys.DS_KIND, "llm-serving")].fix
     # Its set not listed (its API not served, say): the child is, and the fix names the set.
     [orphan_child] = left(leaderworkersets=[child]).values()
-    assert orphan_child.fix == "delete its DisaggregatedSet llm-serving (its controller)"
+    assert orphan_child.fix.startswith("delete its DisaggregatedSet llm-serving (its controller)")
+
+
+def test_a_stamped_child_of_an_opted_out_disaggregatedset_is_left_on_its_own() -> None:
+    # The set opted out (its templates carry no stamp any more) while its old revision drains: the old child still
+    # has its stamps, and nothing else in the report would name it.
+    opted_out = objects.ds()
+    opted_out["metadata"]["annotations"] = {keys.DS_AUTO_COMPUTE_DOMAIN_ANNOTATION: keys.OPT_IN_DISABLED}
+    found = left(disaggregatedsets=[opted_out], leaderworkersets=[stamped_child()])
+    [(kind, name)] = found
+    assert (kind, name) == ("LeaderWorkerSet", "llm-serving-0-251a724d-prefill")
+    assert "workerTemplate (slice)" in found[(kind, name)].why
+    assert "wait until its rollout has replaced this revision" in found[(kind, name)].fix
 
 
 def test_a_role_stamped_for_the_replica_scope_needs_mnnvl_lws() -> None:

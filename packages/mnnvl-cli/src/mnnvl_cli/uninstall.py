@@ -57,9 +57,8 @@ def leftovers(
     workloads with stamped templates first (deleting them ends their pods and, through their controllers, their
     domains), then gated pods, then domains."""
     workload_uids = live_workload_uids([*leaderworkersets, *disaggregatedsets])
-    listed_sets = {str(ds["metadata"].get("uid")) for ds in disaggregatedsets}
     found = [
-        *_stamped_workloads(leaderworkersets, disaggregatedsets, listed_sets, uninstalling),
+        *_stamped_workloads(leaderworkersets, disaggregatedsets, uninstalling),
         *(_gated_pod(pod, uninstalling) for pod in pods),
         *(_domain(domain, pods, workload_uids, uninstalling) for domain in compute_domains),
     ]
@@ -73,24 +72,30 @@ def leftovers(
 def _stamped_workloads(
     leaderworkersets: Sequence[Mapping[str, Any]],
     disaggregatedsets: Sequence[Mapping[str, Any]],
-    listed_sets: set[str],
     uninstalling: Collection[str],
-) -> list[Leftover | None]:
+) -> list[Leftover]:
     """LeaderWorkerSets and DisaggregatedSets whose pod templates carry a stamp of a controller being uninstalled.
-    A child LeaderWorkerSet of a listed DisaggregatedSet is left out: its set is what the user deletes."""
-    found: list[Leftover | None] = []
-    for lws in leaderworkersets:
-        parent = ownership.disaggregated_set_reference(lws["metadata"])
-        if parent is not None and str(parent.get("uid")) in listed_sets:
-            continue
-        stamped = _stamps(templates.templates_of((lws.get("spec") or {}).get("leaderWorkerTemplate")))
-        found.append(_stamped_workload(lws, LWS_KIND, stamped, uninstalling, parent))
+    A child LeaderWorkerSet of a reported DisaggregatedSet is left out: its set is what the user deletes. A child of
+    a set that is not reported (opted out while its old revision drains, say) is reported on its own."""
+    found: list[Leftover] = []
+    reported_sets: set[str] = set()
     for ds in disaggregatedsets:
-        stamped = {}
+        stamped: dict[str, str] = {}
         for role in (ds.get("spec") or {}).get("roles") or ():
             role_templates = templates.templates_of((role.get("spec") or {}).get("leaderWorkerTemplate"))
             stamped |= {f"{role.get('name')}.{field}": scope for field, scope in _stamps(role_templates).items()}
-        found.append(_stamped_workload(ds, keys.DS_KIND, stamped, uninstalling, None))
+        reported = _stamped_workload(ds, keys.DS_KIND, stamped, uninstalling, None)
+        if reported is not None:
+            found.append(reported)
+            reported_sets.add(str(ds["metadata"].get("uid")))
+    for lws in leaderworkersets:
+        parent = ownership.disaggregated_set_reference(lws["metadata"])
+        if parent is not None and str(parent.get("uid")) in reported_sets:
+            continue
+        stamped = _stamps(templates.templates_of((lws.get("spec") or {}).get("leaderWorkerTemplate")))
+        reported = _stamped_workload(lws, LWS_KIND, stamped, uninstalling, parent)
+        if reported is not None:
+            found.append(reported)
     return found
 
 
@@ -124,7 +129,10 @@ def _stamped_workload(
         "neither the channel claim nor the gate"
     )
     if parent is not None:
-        fix = f"delete its DisaggregatedSet {parent.get('name')} (its controller)"
+        fix = (
+            f"delete its DisaggregatedSet {parent.get('name')} (its controller); or, when that set was opted out, "
+            "wait until its rollout has replaced this revision"
+        )
     else:
         where = (
             keys.LWS_AUTO_COMPUTE_DOMAIN_ANNOTATION

@@ -362,11 +362,15 @@ def started_replicas(testbed: cluster.Testbed, controller: str) -> list[Replica]
     return [Replica(**r) for r in json.loads(path.read_text())] if path.exists() else []
 
 
-def uninstall(testbed: cluster.Testbed, controller: str) -> None:
+def uninstall(testbed: cluster.Testbed, controller: str, *, checked: bool = True) -> None:
     """Stop `controller` and take its block out of the release: its webhooks, RBAC, Configuration and the rest
-    are deleted, as uninstalling it from the chart would."""
+    are deleted, as disabling it in the chart would. The chart's check of that comes first: when it refuses
+    (`release.UninstallRefusedError`) the controller keeps running, as its Deployment does when Helm refuses.
+    `checked=False` is `uninstall.check: false`."""
+    if checked:
+        release.check_uninstall(testbed, controller)
     stop(testbed, controller)
-    release.uninstall(testbed, controller)
+    release.uninstall(testbed, controller, checked=False)  # checked above, while it still ran
 
 
 def user_kubeconfig(testbed: cluster.Testbed, user: str) -> pathlib.Path:

@@ -7,8 +7,9 @@ budgets, the FlowSchema. Each process then runs as its Deployment says (command,
 authenticated as its ServiceAccount by a token from the TokenRequest API, so every permission the controllers use
 is one the chart grants. The release's values are kept in the state directory, one block per controller that was
 installed, so starting one controller again re-renders the release without dropping the others, and uninstalling one
-re-renders it without that block and deletes what is no longer rendered, as `helm upgrade` does. Hooks are set
-aside as Helm does on install and upgrade; `uninstall_all` runs the `pre-delete` ones as `helm uninstall` does.
+re-renders it without that block and deletes what is no longer rendered, as `helm upgrade` does, after the
+chart's check of uninstalling it. Hooks are set aside as Helm does on install and upgrade; `uninstall_all` runs the
+`pre-delete` ones as `helm uninstall` does.
 """
 
 from __future__ import annotations
@@ -175,9 +176,13 @@ def install(testbed: cluster.Testbed, controller: str, block_values: Mapping[str
         return _apply(testbed, blocks)
 
 
-def uninstall(testbed: cluster.Testbed, controller: str) -> Release:
-    """Drop `controller`'s block from the release: its RBAC, Configuration, webhooks and the rest are deleted."""
+def uninstall(testbed: cluster.Testbed, controller: str, *, checked: bool = True) -> Release:
+    """`helm upgrade` with `controller`'s block disabled: first the chart's pre-upgrade check of it
+    (`check_uninstall`), which refuses with `UninstallRefusedError` and changes nothing; then its RBAC,
+    Configuration, webhooks and the rest are deleted. `checked=False` is `uninstall.check: false`."""
     with _changing:
+        if checked:
+            check_uninstall(testbed, controller)
         blocks = installed_blocks(testbed)
         blocks.pop(BLOCKS[controller], None)
         return _apply(testbed, blocks)
@@ -250,7 +255,8 @@ def _record_blocks(testbed: cluster.Testbed, blocks: Mapping[str, Mapping[str, A
 
 
 class UninstallRefusedError(RuntimeError):
-    """A `pre-delete` hook Job failed, so `helm uninstall` deleted nothing; the message carries the Job's output."""
+    """A hook Job of the uninstall check failed, so `helm uninstall` (`pre-delete`), or `helm upgrade` disabling a
+    controller (`pre-upgrade`), changed nothing; the message carries the Job's output."""
 
 
 def uninstall_all(testbed: cluster.Testbed) -> None:
@@ -260,15 +266,32 @@ def uninstall_all(testbed: cluster.Testbed) -> None:
     hook's). Otherwise every object of the release, the hooks' too, is deleted. The controllers' processes are the
     caller's to stop (`controllers.stop`), as deleting their Deployments would."""
     with _changing:
-        release = rendered(testbed)
-        client = testbed.api()
-        for hook in chart.hooks(release.objects, "pre-delete"):
-            if hook["kind"] == "Job":
-                _run_hook_job(testbed, hook)
-            else:
-                client.apply(hook, RESOURCES[hook["kind"]].plural)
-        _delete_release_objects(client, kept=set())
+        _run_hooks(testbed, rendered(testbed).objects, "pre-delete")
+        _delete_release_objects(testbed.api(), kept=set())
         _record_blocks(testbed, {})
+
+
+def check_uninstall(testbed: cluster.Testbed, controller: str) -> None:
+    """The chart's pre-upgrade check of a `helm upgrade` that disables `controller`: `UninstallRefusedError` while
+    something is left that only it looks after; nothing when it is not installed. The chart renders that hook only
+    where `lookup` finds the controller's Deployment, which it never does under `helm template`; the testbed runs
+    instead the pre-delete hooks of the release with `controller`'s block alone: the same list-only RBAC and a Job
+    checking `--controller <it>` in its image (tests/chart/test_uninstall_hook.py holds the two hooks alike)."""
+    with _changing:
+        block = installed_blocks(testbed).get(BLOCKS[controller])
+        if block is not None:
+            _run_hooks(testbed, _render(testbed, {BLOCKS[controller]: block}).objects, "pre-delete")
+
+
+def _run_hooks(testbed: cluster.Testbed, objects: list[dict[str, Any]], event: str) -> None:
+    """The `event` hooks among rendered `objects`, in Helm's order: the others applied, each Job run
+    (`_run_hook_job`)."""
+    client = testbed.api()
+    for hook in chart.hooks(objects, event):
+        if hook["kind"] == "Job":
+            _run_hook_job(testbed, hook)
+        else:
+            client.apply(hook, RESOURCES[hook["kind"]].plural)
 
 
 def _run_hook_job(testbed: cluster.Testbed, job: Mapping[str, Any]) -> None:
