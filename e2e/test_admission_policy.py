@@ -15,7 +15,7 @@ import pytest
 from mnnvl_api import keys
 from mnnvl_api.decisions import injection, patches
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, release, testing
+from mnnvl_testbed import cluster, release
 
 from . import workloads
 
@@ -152,7 +152,7 @@ def test_a_scope_controller_writes_only_the_domains_it_created(
     refused_by(testbed, keys.DS_CONTROLLER, "computedomains", lambda: ds.delete(domain_path(ns, "ours")))
     guardian = as_controller(testbed, keys.GUARDIAN_CONTROLLER)
 
-    def finalized(name: str, finalizer: str) -> Callable[[], object]:
+    def finalized(name: str, finalizer: str, *, by: kube.Kube = guardian) -> Callable[[], object]:
         current = api.get(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns)
         assert current is not None
         added: kube.JsonPatch
@@ -160,29 +160,36 @@ def test_a_scope_controller_writes_only_the_domains_it_created(
             added = [{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}]
         else:
             added = [{"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
-        return lambda: guardian.patch(domain_path(ns, name), added, content_type=kube.JSON_PATCH)
+        return lambda: by.patch(domain_path(ns, name), added, content_type=kube.JSON_PATCH)
 
-    assert "may only add or remove the finalizer" in refused_by(
+    assert "may only add the finalizer" in refused_by(
         testbed, keys.GUARDIAN_CONTROLLER, "computedomains", finalized("ours", workloads.HOLD_FINALIZER)
     )
     assert "that mnnvl-lws or mnnvl-ds created" in refused_by(
         testbed, keys.GUARDIAN_CONTROLLER, "computedomains", finalized("look-alike", keys.PROTECTION_FINALIZER)
     )
 
-    # Its finalizer (the guardian's protection) comes off only once the domain is being deleted.
-    def protected() -> bool:
-        found = api.get(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, "ours", namespace=ns)
-        return found is not None and found["metadata"].get("finalizers") == [keys.PROTECTION_FINALIZER]
+    # Its protection finalizer (the guardian's, put here if the guardian has not yet) comes off only once the domain
+    # is being deleted.
+    def release_protection() -> kube.Object:
+        current = api.get(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, "ours", namespace=ns)
+        assert current is not None
+        at = current["metadata"]["finalizers"].index(keys.PROTECTION_FINALIZER)
+        removal: kube.JsonPatch = [
+            {"op": "test", "path": f"/metadata/finalizers/{at}", "value": keys.PROTECTION_FINALIZER},
+            {"op": "remove", "path": f"/metadata/finalizers/{at}"},
+        ]
+        return lws.patch(domain_path(ns, "ours"), removal, content_type=kube.JSON_PATCH)
 
-    testing.wait_for(protected, what="the guardian to protect the domain ours", timeout=60)
-    released: kube.JsonPatch = [{"op": "remove", "path": "/metadata/finalizers/0"}]
+    current = api.get(keys.COMPUTE_DOMAIN_API_VERSION, keys.COMPUTE_DOMAIN_PLURAL, "ours", namespace=ns)
+    assert current is not None
+    if keys.PROTECTION_FINALIZER not in current["metadata"].get("finalizers", []):
+        finalized("ours", keys.PROTECTION_FINALIZER, by=api)()
     assert "once they are being deleted" in refused_by(
-        testbed,
-        keys.LWS_CONTROLLER,
-        "computedomains",
-        lambda: lws.patch(domain_path(ns, "ours"), released, content_type=kube.JSON_PATCH),
+        testbed, keys.LWS_CONTROLLER, "computedomains", release_protection
     )
     assert lws.delete(domain_path(ns, "ours"), uid=ours["metadata"]["uid"])
+    assert keys.PROTECTION_FINALIZER not in release_protection()["metadata"].get("finalizers", [])
 
 
 def test_mnnvl_ds_sets_only_its_own_annotation_on_a_disaggregatedset(

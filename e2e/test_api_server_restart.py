@@ -23,10 +23,7 @@ CONTROLLERS = (keys.LWS_CONTROLLER, keys.DS_CONTROLLER, keys.GUARDIAN_CONTROLLER
 def failed_resyncs(replica: controllers.Replica) -> float:
     """`mnnvl_store_resync_errors_total`, summed over resources, from the replica's own metrics endpoint (which
     answers whether the API server does or not)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    name = "mnnvl_store_resync_errors_total"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+    return workloads.metric(replica, "mnnvl_store_resync_errors_total")
 
 
 def failed_again_since(replica: controllers.Replica, failures: float) -> bool:

@@ -27,14 +27,6 @@ def two_replicas(
     controllers.start_lws(testbed, gate=True)
 
 
-def metric(replica: controllers.Replica, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def review(replica: controllers.Replica, testbed: cluster.Testbed, lws: kube.Object) -> dict[str, object]:
     """Send an AdmissionReview straight to one replica's validating webhook, as the API server would."""
     body = {
@@ -75,18 +67,22 @@ def test_only_the_lease_holder_reconciles_and_a_killed_holder_hands_over(
         timeout=30,
     )
     follower = next(name for name in by_name if name != holder)
-    testing.wait_for(
-        lambda: metric(by_name[holder], "mnnvl_lease_held") == 1.0, what="the holder to report it", timeout=30
-    )
-    assert metric(by_name[follower], "mnnvl_lease_held") == 0.0
+    testing.wait_for(lambda: workloads.lease_held(by_name[holder]), what="the holder to report it", timeout=30)
+    assert workloads.metric(by_name[follower], "mnnvl_lease_held") == 0.0
 
     workloads.create_lws(api, ns, workloads.lws_manifest("first", replicas=1, size=1))
     workloads.wait_groups_running(api, ns, "first", replicas=1, size=1)
     # The webhook (whichever replica serves it) may create the domain at admission; only the holder reconciles.
-    created = 'mnnvl_compute_domains_created_total{scope="replica"}'
-    at_admission = 'mnnvl_compute_domains_created_at_admission_total{scope="replica"}'
-    assert sum(metric(by_name[name], what) for name in by_name for what in (created, at_admission)) >= 1
-    assert metric(by_name[follower], created) == 0
+    created = "mnnvl_compute_domains_created_total"
+    replica_scope = {"scope": "replica"}
+
+    def domains_made(replica: str) -> float:
+        """The domains `replica` created, by reconciling or at admission."""
+        made = (created, "mnnvl_compute_domains_created_at_admission_total")
+        return sum(workloads.metric(by_name[replica], name, replica_scope) for name in made)
+
+    assert sum(domains_made(name) for name in by_name) >= 1
+    assert workloads.metric(by_name[follower], created, replica_scope) == 0
 
     # A crash, not a graceful exit: the Lease is not released and must expire.
     pid = processes.Supervisor(testbed.state_dir).pid(holder)
@@ -102,7 +98,7 @@ def test_only_the_lease_holder_reconciles_and_a_killed_holder_hands_over(
     # Its group ran, so the new holder ungated it (only the Lease holder does); its webhook or its passes made the
     # domain.
     workloads.wait_groups_running(api, ns, "second", replicas=1, size=1)
-    assert metric(by_name[follower], created) + metric(by_name[follower], at_admission) >= 1
+    assert domains_made(follower) >= 1
 
 
 def test_every_replica_serves_webhooks(testbed: cluster.Testbed, two_replicas: list[controllers.Replica]) -> None:

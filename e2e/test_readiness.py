@@ -29,12 +29,6 @@ def readiness(replica: controllers.Replica) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def admissions(replica: controllers.Replica) -> float:
-    """How many admission requests `replica` answered."""
-    lines = workloads.replica_metrics(replica).splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("mnnvl_admission_requests_total{"))
-
-
 def restart_with_etcd_paused(supervisor: processes.Supervisor, name: str, etcd: int) -> int:
     """Kill replica `name` and start it again as it ran (same command, environment and still-valid token) with etcd
     paused: its API calls answered from the API server's caches (authentication, access reviews, discovery) pass, so
@@ -90,7 +84,7 @@ def test_readyz_waits_for_synced_stores_and_a_stopping_replica_drains_before_it_
             lambda: readiness(replica) == (200, "ready"), what="the replica to be ready once etcd answers", timeout=60
         )
 
-        before = admissions(replica)
+        before = workloads.admissions(replica)
         os.killpg(pid, signal.SIGTERM)
         testing.wait_for(
             lambda: readiness(replica) == (503, "not ready: shutting down"),
@@ -102,7 +96,7 @@ def test_readyz_waits_for_synced_stores_and_a_stopping_replica_drains_before_it_
         assert supervisor.alive(replica.name), "the replica stopped before its drain was over"
         worker = created["spec"]["leaderWorkerTemplate"]["workerTemplate"]
         assert worker["metadata"]["labels"][keys.SCOPE_LABEL] == keys.SCOPE_REPLICA
-        assert admissions(replica) > before
+        assert workloads.admissions(replica) > before
         testing.wait_for(
             lambda: not supervisor.alive(replica.name),
             what="the replica to exit after its drain",

@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import threading
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -36,13 +35,6 @@ def domain_path(ns: str, name: str) -> str:
 
 def get_domain(api: kube.Kube, ns: str, name: str) -> kube.Object | None:
     return api.get(workloads.CD_API, keys.COMPUTE_DOMAIN_PLURAL, name, namespace=ns)
-
-
-def metric(port: int, name: str) -> float:
-    """The sum of every sample of `name` (all label sets) on a controller's metrics endpoint."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith((name + " ", name + "{")))
 
 
 # --- watching for a domain deleted under a pod ---------------------------------------------------------------
@@ -420,9 +412,9 @@ def test_only_opted_in_leaderworkersets_get_domains(
 ) -> None:
     """Only opted-in LeaderWorkerSets get ComputeDomains, whatever labels a Pod carries."""
     workloads.create_lws(api, ns, workloads.lws_manifest("plain", replicas=0, size=1, opt_in=None))
-    admitted = metric(lws_replicas[0].metrics_port, "mnnvl_admission_requests_total")
+    admitted = workloads.admissions(lws_replicas[0])
     pod = create_pod(api, ns, hand_made_pod("plain-0", "plain", owner=config_map_owner(api, ns)))
-    assert metric(lws_replicas[0].metrics_port, "mnnvl_admission_requests_total") > admitted
+    assert workloads.admissions(lws_replicas[0]) > admitted
     # The pod of a workload that did not opt in is left alone: no domain recorded, no claim, no gate.
     assert workloads.domain_of(pod) is None, testing.dump(pod)
     assert workloads.claimed_containers(pod) == []

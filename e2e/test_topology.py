@@ -12,7 +12,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +30,7 @@ TOPOLOGY = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
 BINDING = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
 CLIQUE_AND_HOST = [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]
 TIMEOUT = 60.0
+FOREIGN_OBJECTS = "mnnvl_topology_foreign_objects"
 
 
 @pytest.fixture(scope="module")
@@ -91,20 +91,14 @@ def wait_event(api: kube.Kube, name: str, reason: str, namespace: str = "default
     )
 
 
-def metric(replica: controllers.Replica, sample: str) -> float | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(sample + " "):
-                return float(line.rsplit(" ", 1)[1])
-    return None
+def wait_metric(replica: controllers.Replica, name: str, labels: dict[str, str], value: float) -> None:
+    """Until `replica` serves one sample `name` with `labels`, and its value is `value`."""
 
+    def values() -> list[float]:
+        return workloads.metric_values(workloads.replica_metrics(replica), name, labels)
 
-def wait_metric(replica: controllers.Replica, sample: str, value: float) -> None:
     testing.wait_for(
-        lambda: metric(replica, sample) == value,
-        what=f"{sample} == {value}",
-        timeout=TIMEOUT,
-        state=lambda: str(metric(replica, sample)),
+        lambda: values() == [value], what=f"{name}{labels} == {value}", timeout=TIMEOUT, state=lambda: str(values())
     )
 
 
@@ -115,14 +109,14 @@ def touched() -> dict[str, Any]:
 
 def another_pass(replica: controllers.Replica, work: str, trigger: Callable[[], object]) -> None:
     """Run `trigger` and wait until the controller has completed one more pass of `work`."""
-    sample = f'mnnvl_topology_passes_total{{work="{work}"}}'
-    before = metric(replica, sample) or 0.0
+    name, labels = "mnnvl_topology_passes_total", {"work": work}
+    before = workloads.metric(replica, name, labels)
     trigger()
     testing.wait_for(
-        lambda: (metric(replica, sample) or 0.0) > before,
+        lambda: workloads.metric(replica, name, labels) > before,
         what=f"another {work} pass",
         timeout=TIMEOUT,
-        state=lambda: str(metric(replica, sample)),
+        state=lambda: str(workloads.metric(replica, name, labels)),
     )
 
 
@@ -282,7 +276,7 @@ def test_a_same_named_topology_we_did_not_create_is_left_alone_with_a_warning(
     assert (
         "owned by ClusterTopologyBinding" if grove_owned else "not labelled app.kubernetes.io/managed-by"
     ) in message
-    wait_metric(replica, 'mnnvl_topology_foreign_objects{kind="Topology"}', 1.0)
+    wait_metric(replica, FOREIGN_OBJECTS, {"kind": "Topology"}, 1.0)
     untouched = api.get(*TOPOLOGY, name)
     assert untouched is not None
     assert untouched["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
@@ -297,7 +291,7 @@ def test_without_grove_the_topology_works_with_kai_only(kai: cluster.Testbed, na
         replica = run(kai, {"name": name, "levels": CLIQUE_AND_HOST})
         wait_object(api, TOPOLOGY, name)
         assert wait_event(api, name, events.KAI_ONLY_REASON)[0] == "Normal"
-        wait_metric(replica, "mnnvl_topologies_kai_only", 1.0)
+        wait_metric(replica, "mnnvl_topologies_kai_only", {}, 1.0)
         # Said once: a Topology event forces another pass, which must not say it again.
         another_pass(replica, "topologies", lambda: api.patch(kube.path_of(*TOPOLOGY, name=name), touched()))
         assert [e[1] for e in reasons_about(api, name)].count(events.KAI_ONLY_REASON) == 1
@@ -465,7 +459,7 @@ def test_the_census_follows_pods_holding_channels(kai: cluster.Testbed, name: st
             timeout=TIMEOUT,
             state=lambda: str(clique_count(api, clique)),
         )
-        wait_metric(replica, f'mnnvl_clique_free_nodes{{clique="{clique}"}}', members - 2)
+        wait_metric(replica, "mnnvl_clique_free_nodes", {"clique": clique}, members - 2)
         for index in range(2):
             api.delete(kube.path_of("v1", "pods", namespace=ns, name=f"p{index}"))
         idle = {**busy, "channelNodes": 0, "freeNodes": members}
@@ -475,7 +469,7 @@ def test_the_census_follows_pods_holding_channels(kai: cluster.Testbed, name: st
             timeout=TIMEOUT,
             state=lambda: str(clique_count(api, clique)),
         )
-        wait_metric(replica, f'mnnvl_clique_channel_nodes{{clique="{clique}"}}', 0)
+        wait_metric(replica, "mnnvl_clique_channel_nodes", {"clique": clique}, 0)
 
 
 def test_a_gpu_pod_that_finishes_leaves_the_watch_and_frees_its_node(kai: cluster.Testbed, name: str) -> None:
@@ -744,7 +738,7 @@ def test_a_copied_manifest_labelled_ours_is_left_alone_and_reported(kai: cluster
     kind, _, message = wait_event(api, name, events.UNEXPECTED_TOPOLOGY_OWNER_REASON)
     assert kind == "Warning"
     assert f"but written by {cluster.FIELD_MANAGER}, not by mnnvl-topology alone (managedFields)" in message, message
-    wait_metric(replica, 'mnnvl_topology_foreign_objects{kind="Topology"}', 1.0)
+    wait_metric(replica, FOREIGN_OBJECTS, {"kind": "Topology"}, 1.0)
     # Another pass: the one that would recreate the first and delete the second were they ours.
     another_pass(replica, "topologies", lambda: api.patch(kube.path_of(*TOPOLOGY, name=f"{name}-b"), touched()))
     unchanged(api, configured)
@@ -812,7 +806,7 @@ def test_a_second_installation_does_not_fight_the_first(
         kind, _, message = wait_event(api, name, events.UNEXPECTED_TOPOLOGY_OWNER_REASON)
         assert kind == "Warning"
         assert f"made by the installation {release.INSTALLATION} of mnnvl-topology" in message, message
-        wait_metric(second, 'mnnvl_topology_foreign_objects{kind="Topology"}', 1.0)
+        wait_metric(second, FOREIGN_OBJECTS, {"kind": "Topology"}, 1.0)
         topology = kube.path_of(*TOPOLOGY, name=name)
 
         def both_pass() -> None:

@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import pathlib
 import re
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -133,13 +132,6 @@ class Overlap:
     new_leads: Edit | None = None
 
 
-def admissions(replica: controllers.Replica) -> float:
-    """How many admission requests `replica` answered."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{replica.metrics_port}/metrics", timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("mnnvl_admission_requests_total{"))
-
-
 class Upgrade:
     """The testbed's mnnvl release being moved between versions. Each controller's webhooks point at one replica at
     a time, moved to a new replica before an old one stops, as a Service's endpoints follow a rolling update."""
@@ -161,9 +153,11 @@ class Upgrade:
     def serve(self, controller: str, replica: controllers.Replica, edit: Edit) -> None:
         """`edit` with `controller`'s webhooks at `replica`, which must answer some of its calls."""
         controllers.point_webhooks_at(self.testbed, replica, controller)
-        before = admissions(replica)
+        before = workloads.admissions(replica)
         edit()
-        assert admissions(replica) > before, f"{replica.name} answered none of the admissions of {edit.__name__}"
+        assert workloads.admissions(replica) > before, (
+            f"{replica.name} answered none of the admissions of {edit.__name__}"
+        )
 
     def hand_lease(self, controller: str, to: controllers.Replica) -> None:
         """The Lease handed to `to`, as if its holder had stopped renewing: the holder's next renewal sees another

@@ -10,11 +10,12 @@ import re
 import ssl
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from mnnvl_api import keys, names
 from mnnvl_api.decisions import injection
@@ -435,8 +436,31 @@ def replica_metrics(replica: controllers.Replica, *, ca: pathlib.Path | None = N
         return str(response.read().decode())
 
 
+def metric_values(text: str, name: str, labels: Mapping[str, str] | None = None) -> list[float]:
+    """The values of the samples `name` in the metrics `text` whose labels include `labels` (all of them when none
+    are given), in the order served."""
+    wanted = (labels or {}).items()
+    return [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and wanted <= sample.labels.items()
+    ]
+
+
+def metric(replica: controllers.Replica, name: str, labels: Mapping[str, str] | None = None) -> float:
+    """The sum of `replica`'s samples `name` whose labels include `labels` (every label set when none are given);
+    0 when it serves none."""
+    return sum(metric_values(replica_metrics(replica), name, labels))
+
+
+def admissions(replica: controllers.Replica) -> float:
+    """How many admission requests `replica` answered."""
+    return metric(replica, "mnnvl_admission_requests_total")
+
+
 def lease_held(replica: controllers.Replica) -> bool:
-    return "mnnvl_lease_held 1.0" in replica_metrics(replica)
+    return metric(replica, "mnnvl_lease_held") == 1.0
 
 
 @contextlib.contextmanager

@@ -169,18 +169,24 @@ def test_an_admission_denial_is_told_apart_from_any_other_refusal(body: str, exp
     assert kube.admission_denial(kube.ApiError(status=403, reason="Forbidden", body=body)) == expected
 
 
-def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_problem() -> None:
+def refused_delete(body: str) -> tuple[dict[str, Any], float]:
+    """The event a delete refused with the 403 `body` posts, and how much the write-error metric grew."""
     client = Forbidden()
     refused_writer = domain_writer.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
     counted = domain_writer.PERMANENT_ERRORS.labels(action="delete", status="403")
     before = counted._value.get()
 
     async def refused() -> bool:
-        raise kube.ApiError(status=403, reason="Forbidden", body=GUARDIAN_DENIAL)
+        raise kube.ApiError(status=403, reason="Forbidden", body=body)
 
     with pytest.raises(kube.ApiError):
         asyncio.run(refused_writer.guarded("delete", f"ComputeDomain {NAME}", WORKLOAD, refused))
     [event] = client.events
+    return event, counted._value.get() - before
+
+
+def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_problem() -> None:
+    event, counted = refused_delete(GUARDIAN_DENIAL)
     assert event["reason"] == "ComputeDomainWriteFailed"
     assert event["message"] == (
         "Could not delete ComputeDomain dsr1-0-bbbbb, refused at admission: admission webhook "
@@ -188,24 +194,14 @@ def test_a_deletion_the_guardian_refuses_is_reported_as_in_use_not_as_an_rbac_pr
         "is in use by pods dsr1-0, dsr1-0-1: deleting it now would tear down IMEX; retried with back-off"
     )
     assert "RBAC" not in event["message"]
-    assert counted._value.get() == before  # not a write error of ours
+    assert counted == 0  # not a write error of ours
 
 
 def test_a_write_an_admission_policy_refuses_is_reported_and_counted_as_a_write_error() -> None:
-    client = Forbidden()
-    refused_writer = domain_writer.DomainWriter(client, component="mnnvl-lws", scope="replica", fence_seconds=0)  # type: ignore[arg-type]
-    counted = domain_writer.PERMANENT_ERRORS.labels(action="delete", status="403")
-    before = counted._value.get()
-
-    async def refused() -> bool:
-        raise kube.ApiError(status=403, reason="Forbidden", body=POLICY_DENIAL)
-
-    with pytest.raises(kube.ApiError):
-        asyncio.run(refused_writer.guarded("delete", f"ComputeDomain {NAME}", WORKLOAD, refused))
-    [event] = client.events
+    event, counted = refused_delete(POLICY_DENIAL)
     assert "refused at admission: computedomains.resource.nvidia.com" in event["message"]
     assert "ValidatingAdmissionPolicy 'mnnvl-lws-computedomains'" in event["message"]
-    assert counted._value.get() == before + 1  # a write of ours the policy does not expect: the alert must show it
+    assert counted == 1  # a write of ours the policy does not expect: the alert must show it
 
 
 def gated_pod(api: MemoryApi, gates: list[str]) -> Any:
