@@ -245,7 +245,8 @@ def _container_run(
     `files` (container path → host path: the ServiceAccount's, the configuration, the serving certificate) mounted
     read-only where the Pod has them."""
     # As the kubelet does for a Pod's volumes: its fsGroup owns them and may read them (the serving key is 0600);
-    # without an fsGroup, every user may (the volumes' default mode). Only what is mounted.
+    # without an fsGroup, every user may (the volumes' default mode). Only what is mounted. The group's and others'
+    # bits are set, not added: after a run without an fsGroup, a later run's key must not stay readable by every user.
     group = installed.volume_group(controller)
     for source in files.values():
         for path in (source, *(source.iterdir() if source.is_dir() else ())):
@@ -254,7 +255,7 @@ def _container_run(
                 readable |= readable >> 3
             else:
                 os.chown(path, -1, group)
-            path.chmod(path.stat().st_mode | readable)
+            path.chmod(path.stat().st_mode & ~0o077 | readable)
     container = image.fresh_container(built, image.replica_container(testbed.state_dir, replica.name))
     root = image.container_root(container)
     return image.run_command(
