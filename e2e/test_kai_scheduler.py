@@ -193,15 +193,27 @@ def test_no_clique_fits_group_agrees_with_kais_verdict_and_both_clear_when_a_cli
         "resources": {"limits": {keys.GPU_RESOURCE: "4"}, "claims": [{"name": "channel"}]},
     }
     takers = {}
-    occupied = {
-        p["spec"].get("nodeName")
-        for p in api.list_objects("v1", "pods")
-        if p["status"].get("phase") in ("Pending", "Running")
-    }
-    for index, (clique, nodes) in enumerate(sorted(by_clique.items())):
+
+    def free_node_per_clique() -> dict[str, str] | None:
+        """A node nothing runs on in each clique, once there is one, so each taker runs at once: an earlier test's
+        gang, its namespace being deleted, may still hold a whole clique for a few seconds."""
+        occupied = {
+            p["spec"].get("nodeName")
+            for p in api.list_objects("v1", "pods")
+            if p["status"].get("phase") in ("Pending", "Running")
+        }
+        free = {clique: [node for node in nodes if node not in occupied] for clique, nodes in by_clique.items()}
+        return {clique: nodes[0] for clique, nodes in free.items()} if all(free.values()) else None
+
+    chosen = testing.wait_for(
+        free_node_per_clique,
+        what="a free node in every clique",
+        state=testing.state_of(lambda: testing.placement(api.list_objects("v1", "pods"))),
+        timeout=workloads.TIMEOUT,
+    )
+    for index, clique in enumerate(sorted(by_clique)):
         takers[clique] = f"taker-{index}"
-        # A node nothing runs on, so the taker runs at once (earlier tests' pods may still be going away).
-        node = next((node for node in nodes if node not in occupied), nodes[0])
+        node = chosen[clique]
         api.create(
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": takers[clique], "namespace": ns},
              "spec": {"nodeSelector": {keys.HOSTNAME_LABEL: node},
