@@ -14,12 +14,16 @@ import pytest
 
 from mnnvl_api import keys
 from mnnvl_api.decisions import injection, patches
+from mnnvl_api.models import configuration
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, release
+from mnnvl_testbed import cluster, release, testing
+from mnnvl_topology import census_writer, effects, topologies
 
 from . import workloads
 
 FOREIGN_GATE = "example.com/not-mnnvl"
+TOPOLOGY = (keys.KAI_TOPOLOGY_API_VERSION, keys.KAI_TOPOLOGY_PLURAL)
+BINDING = (keys.GROVE_API_VERSION, keys.GROVE_BINDING_PLURAL)
 
 
 def as_controller(testbed: cluster.Testbed, controller: str) -> kube.Kube:
@@ -220,3 +224,99 @@ def test_mnnvl_ds_sets_only_its_own_annotation_on_a_disaggregatedset(
         "disaggregatedsets",
         lambda: ds.patch(path, foreign, content_type=kube.JSON_PATCH),
     )
+
+
+@pytest.fixture
+def topology_release(restored: cluster.Testbed) -> cluster.Testbed:
+    """mnnvl-topology's block installed with KAI's and Grove's CRDs, no process started: the test writes as it does
+    (`restored` uninstalls it afterwards)."""
+    with_kai = testing.topology_crds(restored, "kai-v0.16.7")
+    release.install(with_kai, keys.TOPOLOGY_CONTROLLER, {"kaiScheduler": {"installed": True}})
+    return with_kai
+
+
+def test_mnnvl_topology_writes_only_this_installations_topology_objects_and_its_census(
+    topology_release: cluster.Testbed, api: kube.Kube
+) -> None:
+    testbed, stem = topology_release, f"policy-probe-{uuid.uuid4().hex[:6]}"
+    topology = as_controller(testbed, keys.TOPOLOGY_CONTROLLER)
+    entry = configuration.TopologySettings.model_validate(
+        {"name": stem, "levels": [{"nodeLabel": keys.GPU_CLIQUE_LABEL}, {"nodeLabel": keys.HOSTNAME_LABEL}]}
+    )
+    desired = topologies.desired_topology(entry, aliases=False, installation=release.INSTALLATION)
+    binding = topologies.desired_binding(entry, installation=release.INSTALLATION)
+    assert binding is not None
+    # Stand-ins made by others under names mnnvl-topology could be configured with: a foreign Topology, another
+    # installation's binding, and a Topology an earlier version made (no installation recorded), which it adopts.
+    foreign = {**desired, "metadata": {"name": f"{stem}-foreign"}}
+    other = {**binding, "metadata": {**binding["metadata"], "name": f"{stem}-other"}}
+    other["metadata"]["annotations"] = {keys.INSTALLATION_ANNOTATION: "elsewhere/mnnvl"}
+    legacy = {**desired, "metadata": {"name": f"{stem}-legacy", "labels": dict(topologies.OURS)}}
+    made = [(TOPOLOGY, foreign), (TOPOLOGY, legacy), (BINDING, other)]
+    try:
+        for (_, plural), manifest in made:
+            as_made_by = "e2e" if manifest is foreign else keys.TOPOLOGY_CONTROLLER
+            kube.Kube(api.api, field_manager=as_made_by).create(manifest, plural)
+        # Its writes, as TopologyWriter makes them: create, apply as read (adopt, patch), delete as read.
+        created = topology.create(desired, keys.KAI_TOPOLOGY_PLURAL)
+        topology.apply(topologies.conditional(desired, created), keys.KAI_TOPOLOGY_PLURAL)
+        found_legacy = api.get(*TOPOLOGY, legacy["metadata"]["name"])
+        assert found_legacy is not None
+        adopted = {**desired, "metadata": {**desired["metadata"], "name": legacy["metadata"]["name"]}}
+        adopted = topology.apply(topologies.conditional(adopted, found_legacy), keys.KAI_TOPOLOGY_PLURAL)
+        assert adopted["metadata"]["annotations"][keys.INSTALLATION_ANNOTATION] == release.INSTALLATION
+        written = topology.create(binding, keys.GROVE_BINDING_PLURAL)
+        for resource, ours in ((BINDING, written), (TOPOLOGY, api.get(*TOPOLOGY, stem))):
+            assert ours is not None
+            meta = ours["metadata"]
+            path = kube.path_of(*resource, name=meta["name"])
+            assert topology.delete(path, uid=meta["uid"], resource_version=meta["resourceVersion"])
+
+        # Nothing of anyone else's: neither taken over, nor deleted, nor created unmarked.
+        foreign_path = kube.path_of(*TOPOLOGY, name=foreign["metadata"]["name"])
+        taken = {**desired, "metadata": {**desired["metadata"], "name": foreign["metadata"]["name"]}}
+        assert "KAI Topologies this installation made" in refused_by(
+            testbed, keys.TOPOLOGY_CONTROLLER, "topologies", lambda: topology.apply(taken, keys.KAI_TOPOLOGY_PLURAL)
+        )
+        assert "KAI Topologies this installation made" in refused_by(
+            testbed, keys.TOPOLOGY_CONTROLLER, "topologies", lambda: topology.delete(foreign_path)
+        )
+        other_path = kube.path_of(*BINDING, name=other["metadata"]["name"])
+        assert "Grove ClusterTopologyBindings this installation made" in refused_by(
+            testbed, keys.TOPOLOGY_CONTROLLER, "clustertopologybindings", lambda: topology.delete(other_path)
+        )
+        unmarked = {**desired, "metadata": {"name": f"{stem}-unmarked", "labels": dict(topologies.OURS)}}
+        assert f"annotated {keys.INSTALLATION_ANNOTATION}={release.INSTALLATION}" in refused_by(
+            testbed,
+            keys.TOPOLOGY_CONTROLLER,
+            "topologies",
+            lambda: topology.create(unmarked, keys.KAI_TOPOLOGY_PLURAL),
+        )
+
+        # Its census ConfigMap, as CensusWriter applies it, and no other ConfigMap or data.
+        census: kube.Object = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": effects.CENSUS_CONFIGMAP,
+                "namespace": release.NAMESPACE,
+                "labels": dict(topologies.OURS),
+            },
+            "data": {census_writer.CENSUS_KEY: "{}"},
+        }
+        assert topology.apply(census, "configmaps")["data"] == {census_writer.CENSUS_KEY: "{}"}
+        more = {**census, "data": {census_writer.CENSUS_KEY: "{}", "note": "x"}}
+        assert "may only write the data key" in refused_by(
+            testbed, keys.TOPOLOGY_CONTROLLER, "configmaps", lambda: topology.apply(more, "configmaps")
+        )
+        # RBAC lets it create any ConfigMap in its namespace (a create cannot be narrowed to a name); the policy not.
+        renamed = {**census, "metadata": {**census["metadata"], "name": f"{stem}-census"}}
+        assert "its census ConfigMap" in refused_by(
+            testbed, keys.TOPOLOGY_CONTROLLER, "configmaps", lambda: topology.create(renamed, "configmaps")
+        )
+    finally:
+        for resource, manifest in [*made, (TOPOLOGY, desired), (BINDING, binding)]:
+            with contextlib.suppress(kube.ApiError):
+                api.delete(kube.path_of(*resource, name=manifest["metadata"]["name"]))
+        with contextlib.suppress(kube.ApiError):
+            api.delete(kube.path_of("v1", "configmaps", namespace=release.NAMESPACE, name=effects.CENSUS_CONFIGMAP))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mnnvl_api import keys
+from mnnvl_topology import census_writer, effects
 
 from .conftest import Render, by_kind
 
@@ -18,8 +19,11 @@ WRITES = {
     "lws": ("pods", "computedomains"),
     "ds": ("pods", "computedomains", "disaggregatedsets"),
     "guardian": ("computedomains",),
+    "topology": ("topologies", "clustertopologybindings", "configmaps"),
 }
 CONTROLLERS = ("lws", "ds", "guardian", "topology")
+#: Every controller enabled (topology is off by default, and needs KAI Scheduler).
+EVERY_CONTROLLER = {"topology": {"enabled": True, "kaiScheduler": {"installed": True}}}
 
 
 def policies(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -67,7 +71,7 @@ def test_turned_off_no_policy_is_rendered(render: Render) -> None:
 def test_each_policy_matches_only_its_controllers_service_account_first(
     render: Render, release: str, namespace: str, overrides: dict[str, Any]
 ) -> None:
-    objects = render(release=release, namespace=namespace, overrides=overrides)
+    objects = render(release=release, namespace=namespace, overrides={**EVERY_CONTROLLER, **overrides})
     found = policies(objects)
     assert len(found) == sum(map(len, WRITES.values()))
     for policy in found.values():
@@ -136,3 +140,27 @@ def test_the_policies_spell_the_keys_the_controllers_write(
     text = expressions(policies(rendered["defaults"])[policy])
     for key in written:
         assert key in text, f"{policy} does not name {key}"
+
+
+@pytest.mark.parametrize(
+    ("release", "namespace"),
+    [pytest.param("mnnvl", "mnnvl-system", id="defaults"), pytest.param("gpu", "platform", id="renamed")],
+)
+def test_the_topology_policies_spell_what_mnnvl_topology_writes(render: Render, release: str, namespace: str) -> None:
+    objects = render(release=release, namespace=namespace, overrides=EVERY_CONTROLLER)
+    found = {
+        policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"][0]: policy
+        for policy in policies(objects).values()
+        if policy["metadata"]["labels"]["app.kubernetes.io/component"] == "topology"
+    }
+    assert sorted(found) == sorted(WRITES["topology"])
+    # The installation the chart's Configuration gives the controller, which it records on what it creates.
+    installation = f"{namespace}/{release}"
+    for resource in ("topologies", "clustertopologybindings"):
+        text = expressions(found[resource])
+        for written in (keys.MANAGED_BY_LABEL, keys.INSTALLATION_ANNOTATION, f'"{keys.TOPOLOGY_CONTROLLER}"'):
+            assert written in text, f"{resource} does not name {written}"
+        assert f'== "{installation}"' in text
+    census = expressions(found["configmaps"])
+    for written in (f'"{effects.CENSUS_CONFIGMAP}"', f'"{census_writer.CENSUS_KEY}"', f'== "{namespace}"'):
+        assert written in census, f"configmaps does not name {written}"
