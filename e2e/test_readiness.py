@@ -9,10 +9,11 @@ import pathlib
 import signal
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from mnnvl_api import keys
 from mnnvl_runtime import kube
-from mnnvl_testbed import cluster, controllers, processes, testing
+from mnnvl_testbed import cluster, controllers, processes, release, testing
 
 from . import workloads
 
@@ -29,17 +30,24 @@ def readiness(replica: controllers.Replica) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def restart_with_etcd_paused(supervisor: processes.Supervisor, name: str, etcd: int) -> int:
-    """Kill replica `name` and start it again as it ran (same command, environment and still-valid token) with etcd
-    paused: its API calls answered from the API server's caches (authentication, access reviews, discovery) pass, so
-    it starts, but no fresh list completes. Returns the new pid."""
+def restart_as_it_ran(
+    supervisor: processes.Supervisor, name: str, *, meanwhile: Callable[[], None] = lambda: None
+) -> int:
+    """Kill replica `name`, run `meanwhile`, and start it again as it ran (same command, environment and still-valid
+    token). Returns the new pid."""
     pid = supervisor.pid(name)
     assert pid is not None
     command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
     environment = supervisor.environment(name)
     supervisor.kill(name)
-    os.killpg(etcd, signal.SIGSTOP)
+    meanwhile()
     return supervisor.start(name, command, env=environment)
+
+
+def restart_with_etcd_paused(supervisor: processes.Supervisor, name: str, etcd: int) -> int:
+    """`restart_as_it_ran` with etcd paused: its API calls answered from the API server's caches (authentication,
+    access reviews, discovery) pass, so it starts, but no fresh list completes."""
+    return restart_as_it_ran(supervisor, name, meanwhile=lambda: os.killpg(etcd, signal.SIGSTOP))
 
 
 def answers_until(
@@ -132,3 +140,38 @@ def test_a_replica_stops_within_its_deadline_while_the_api_server_is_down(
             os.killpg(apiserver, signal.SIGCONT)
     finally:
         controllers.start(testbed, keys.GUARDIAN_CONTROLLER, gate=True)
+
+
+def test_with_the_gate_off_and_no_computedomain_rbac_a_replica_is_ready(
+    testbed: cluster.Testbed, lws_replicas: list[controllers.Replica]
+) -> None:
+    """The chart's defaults: the AutoComputeDomain gate off and no ComputeDomain RBAC (the testbed grants it
+    always, so the test takes it away). The replica cannot list domains, so its stores never sync, yet it is ready:
+    with the gate off its webhooks refuse every opt-in whatever the stores hold."""
+    lws = keys.LWS_CONTROLLER
+    api = testbed.api()
+    try:
+        [replica] = controllers.start(testbed, lws, gate=False)
+        role = kube.path_of(
+            "rbac.authorization.k8s.io/v1", "clusterroles", name=release.rendered(testbed).service_account(lws)
+        )
+        api.modify(
+            role,
+            lambda found: [
+                {"op": "remove", "path": f"/rules/{index}"}
+                for index, rule in reversed(list(enumerate(found["rules"])))
+                if keys.COMPUTE_DOMAIN_PLURAL in rule.get("resources", [])
+            ],
+        )
+        supervisor = processes.Supervisor(testbed.state_dir)
+        restart_as_it_ran(supervisor, replica.name)
+        answers_until(replica, supervisor, (200, "ready"))
+        domains = f"{keys.COMPUTE_DOMAIN_PLURAL}.{keys.COMPUTE_DOMAIN_API_VERSION}"
+        testing.wait_for(
+            lambda: workloads.metric(replica, "mnnvl_store_resync_errors_total", {"resource": domains}) > 0,
+            what="the replica's ComputeDomain list to be refused (its stores cannot sync)",
+            timeout=60,
+        )
+        assert readiness(replica) == (200, "ready")
+    finally:
+        controllers.start(testbed, lws, gate=True)

@@ -48,6 +48,22 @@ def test_a_controller_without_webhooks_is_ready_once_its_stores_are_synced() -> 
             id="webhook-silent",
         ),
         pytest.param(
+            # The gate off and no ComputeDomain RBAC (the chart's default): the domain list never succeeds.
+            health.ReadinessFacts(
+                shutting_down=False,
+                stores_required=False,
+                store_syncs={"LeaderWorkerSet": False},
+                webhook_answers=True,
+            ),
+            [],
+            id="gate-off-stores-not-needed",
+        ),
+        pytest.param(
+            health.ReadinessFacts(shutting_down=False, stores_required=False, store_syncs={}, webhook_answers=False),
+            ["webhook server not answering"],
+            id="gate-off-webhook-silent",
+        ),
+        pytest.param(
             health.ReadinessFacts(shutting_down=False, store_syncs={"Pod": False}, webhook_answers=False),
             ["watch stores not synced: Pod", "webhook server not answering"],
             id="both",

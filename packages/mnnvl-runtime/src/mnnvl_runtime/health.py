@@ -25,6 +25,10 @@ _REASONS = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 503: "Ser
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReadinessFacts:
     shutting_down: bool
+    #: Whether the webhooks' answers depend on the stores: only with the AutoComputeDomain gate on. With it off
+    #: they refuse every opt-in whatever the stores hold, and the ComputeDomain list the stores need may be
+    #: forbidden (the chart grants that RBAC only with the gate or `computeDomainManagement`), so it never syncs.
+    stores_required: bool = True
     #: Each store sync, by the kind it reconciles: whether its stores hold a full list.
     store_syncs: Mapping[str, bool]
     #: None: this controller serves no webhooks; else whether its webhook server answered over TLS.
@@ -36,10 +40,10 @@ def not_ready(facts: ReadinessFacts) -> list[str]:
     if facts.shutting_down:
         return ["shutting down"]
     reasons = []
-    if not facts.store_syncs:
+    if facts.stores_required and not facts.store_syncs:
         reasons.append("watch stores not started")
     pending = sorted(kind for kind, synced in facts.store_syncs.items() if not synced)
-    if pending:
+    if facts.stores_required and pending:
         reasons.append(f"watch stores not synced: {', '.join(pending)}")
     if facts.webhook_answers is False:
         reasons.append("webhook server not answering")
@@ -82,10 +86,12 @@ class HealthServer:
         webhook: tuple[str, int] | None,
         shutting_down: Callable[[], bool],
         started: Callable[[], bool] = lambda: True,
+        stores_required: bool = True,
     ) -> None:
         self.webhook = webhook
         self.shutting_down = shutting_down
         self.started = started
+        self.stores_required = stores_required
 
     async def serve(self, host: str, port: int) -> asyncio.Server:
         """Listen on (host, port); raises OSError when the port cannot be bound."""
@@ -94,7 +100,10 @@ class HealthServer:
     async def readiness(self) -> ReadinessFacts:
         answers = None if self.webhook is None else await webhook_answers(*self.webhook)
         return ReadinessFacts(
-            shutting_down=self.shutting_down(), store_syncs=controller.store_syncs(), webhook_answers=answers
+            shutting_down=self.shutting_down(),
+            stores_required=self.stores_required,
+            store_syncs=controller.store_syncs(),
+            webhook_answers=answers,
         )
 
     async def respond(self, path: str) -> tuple[int, str]:

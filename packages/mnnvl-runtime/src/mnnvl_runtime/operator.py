@@ -200,7 +200,11 @@ async def _serve(
     if health_endpoint is not None:
         webhook = (health.local_address(configuration.webhook.host), configuration.webhook.port)
         server = health.HealthServer(
-            webhook=webhook if serves_webhooks else None, shutting_down=shutting_down.is_set, started=started.is_set
+            webhook=webhook if serves_webhooks else None,
+            shutting_down=shutting_down.is_set,
+            started=started.is_set,
+            # mnnvl-topology has no gate and no ComputeDomain store: its stores always count.
+            stores_required=context.gate_enabled or not serves_webhooks,
         )
         try:
             probes = await server.serve(health_endpoint.bind_host, health_endpoint.port)
